@@ -1,0 +1,250 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Attention from scratch
+#
+# **You will learn** to compute scaled dot-product attention one step at a time
+# (scores, scaling, softmax, weighted sum), to predict the shape of every intermediate
+# result, to check that each row of attention weights is a probability distribution,
+# and to read a heatmap of those weights. At the end you will have matched PyTorch's
+# fused kernel to the last digit with a dozen lines of your own.
+#
+# The formula we are going to take apart:
+#
+# $$\operatorname{Attention}(Q, K, V) = \operatorname{softmax}\!\left(\frac{Q K^\top}{\sqrt{D}}\right) V$$
+#
+# The [concept page](../../concepts/scaled-dot-product-attention/) explains each
+# piece; here we run it. Runs in a few seconds on a CPU.
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import attention
+
+torch.manual_seed(0)
+torch.set_printoptions(precision=3, sci_mode=False)
+
+# %% [markdown]
+# ## 1. Queries, keys and values
+#
+# Attention works on a sequence of vectors. Take a five-token sentence and give each
+# token a random 8-dimensional embedding (in a real model these are learned). A
+# self-attention layer turns every embedding $x_i$ into three vectors with three
+# weight matrices: a **query** $q_i = x_i W^Q$ (what this token is looking for), a
+# **key** $k_i = x_i W^K$ (what it offers to be found by) and a **value**
+# $v_i = x_i W^V$ (what it hands over when it is found). Stacking the rows gives the
+# matrices $Q$, $K$ and $V$.
+
+# %%
+tokens = ["the", "cat", "sat", "on", "mats"]
+L, E, D = len(tokens), 8, 4  # sequence length, embedding width, head size
+
+X = torch.randn(L, E)  # one embedding per row
+W_q, W_k, W_v = (torch.randn(E, D) / E**0.5 for _ in range(3))
+
+Q, K, V = X @ W_q, X @ W_k, X @ W_v
+print("X:", tuple(X.shape), "-> Q:", tuple(Q.shape), "K:", tuple(K.shape), "V:", tuple(V.shape))
+
+# %% [markdown]
+# ## 2. Scores: every query against every key
+#
+# The score of query $i$ against key $j$ is the dot product $q_i \cdot k_j$: large
+# when the two vectors point the same way. All $L \times L$ of them at once are one
+# matrix product, $Q K^\top$. Row $i$ holds query $i$'s scores against every key.
+
+# %%
+scores = Q @ K.T  # (L, D) @ (D, L) -> (L, L)
+print("scores shape:", tuple(scores.shape))
+print(scores)
+
+# entry (1, 3) is literally the dot product of query 1 with key 3
+assert torch.isclose(scores[1, 3], torch.dot(Q[1], K[3]))
+
+# %% [markdown]
+# ## 3. Scaling by $\sqrt{D}$
+#
+# If the components of $q$ and $k$ are independent with variance 1, the dot product
+# of two $D$-dimensional vectors is a sum of $D$ such products and has variance $D$.
+# Large scores push the softmax towards a one-hot vector whose gradients vanish, so the
+# scores are divided by $\sqrt{D}$ to bring their spread back to about 1. Here $D = 4$,
+# so every score is halved; with $D = 512$ the factor would be about 22.6. (Our small
+# random projections do not give unit-variance components, so the scaled spread below
+# is not 1; the loop after it uses unit-variance vectors to show the law itself.)
+
+# %%
+scaled = scores / D**0.5
+print(f"std of scores: {scores.std():.3f}; after dividing by sqrt(D) = {D**0.5:.0f}: {scaled.std():.3f}")
+
+# The effect is clearest with unit-variance vectors of a realistic size:
+for d in (4, 64, 512):
+    dots = (torch.randn(10_000, d) * torch.randn(10_000, d)).sum(dim=-1)
+    print(f"D = {d:3d}: var(q.k) = {dots.var():7.1f}   var(q.k / sqrt(D)) = {(dots / d**0.5).var():.2f}")
+
+# %% [markdown]
+# ## 4. Softmax: scores become weights
+#
+# The softmax turns each row of scores into a probability distribution over the keys:
+#
+# $$P_{ij} = \frac{e^{z_{ij}}}{\sum_{j'} e^{z_{ij'}}}$$
+#
+# Every weight is positive and every row sums to 1. We subtract each row's maximum
+# before exponentiating: it cancels in the fraction but keeps `exp` from overflowing
+# when scores are large.
+
+# %%
+shifted = scaled - scaled.max(dim=-1, keepdim=True).values
+weights = shifted.exp() / shifted.exp().sum(dim=-1, keepdim=True)  # (L, L)
+
+print("weights shape:", tuple(weights.shape))
+print(weights)
+print("row sums:", weights.sum(dim=-1))
+assert torch.allclose(weights.sum(dim=-1), torch.ones(L))
+assert torch.allclose(weights, torch.softmax(scaled, dim=-1))
+
+# %% [markdown]
+# ## 5. The weighted sum of values
+#
+# Output row $i$ is the average of the value rows, weighted by row $i$ of $P$:
+# $\text{out}_i = \sum_j P_{ij} v_j$. For all rows at once that is $P V$.
+
+# %%
+out = weights @ V  # (L, L) @ (L, D) -> (L, D)
+print("output shape:", tuple(out.shape))
+
+# Row 2 ("sat") spelled out as a loop over the keys:
+row = sum(weights[2, j] * V[j] for j in range(L))
+print("out[2]      :", out[2])
+print("loop version:", row)
+assert torch.allclose(out[2], row)
+
+# %% [markdown]
+# ## 6. The same in NumPy
+#
+# Nothing here is specific to PyTorch. The four steps in NumPy, on the same numbers:
+
+# %%
+Qn, Kn, Vn = Q.numpy(), K.numpy(), V.numpy()
+
+z = Qn @ Kn.T / np.sqrt(D)  # scores, scaled
+z = z - z.max(axis=-1, keepdims=True)  # stable softmax ...
+p = np.exp(z) / np.exp(z).sum(axis=-1, keepdims=True)  # ... per row
+out_numpy = p @ Vn  # weighted sum of values
+
+print("max |NumPy - PyTorch| =", np.abs(out_numpy - out.numpy()).max())
+
+# %% [markdown]
+# ## 7. Check against the package and against PyTorch
+#
+# The [`attention.scaled_dot_product_attention`](../../reference/functional/#attention.functional.scaled_dot_product_attention)
+# function performs exactly these steps, with masks, batches and heads handled.
+# PyTorch's `F.scaled_dot_product_attention` computes the same thing with a fused
+# kernel. All three agree to float32 precision:
+
+# %%
+ours = attention.scaled_dot_product_attention(Q, K, V)
+theirs = F.scaled_dot_product_attention(Q, K, V)
+print(f"max |from scratch - package| = {(out - ours).abs().max():.2e}")
+print(f"max |from scratch - PyTorch| = {(out - theirs).abs().max():.2e}")
+torch.testing.assert_close(out, ours)
+torch.testing.assert_close(out, theirs)
+
+# %% [markdown]
+# ## 8. Looking at the weights
+#
+# A heatmap of $P$ shows who reads from whom: row $i$ is the query token, column $j$
+# the key token, and each row sums to 1. With random weights the pattern means
+# nothing linguistically, but the picture is how you will read every attention map
+# from here on.
+
+# %%
+def plot_weights(ax, w, title):
+    """Annotated heatmap of an (L, S) weight matrix with token labels."""
+    w = w.detach().numpy()
+    image = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0)
+    ax.set_xticks(range(len(tokens)), tokens)
+    ax.set_yticks(range(len(tokens)), tokens)
+    ax.set_xlabel("key (attended to)")
+    ax.set_ylabel("query (attending)")
+    ax.set_title(title)
+    for i in range(w.shape[0]):
+        for j in range(w.shape[1]):
+            color = "black" if w[i, j] > 0.6 else "white"
+            ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", color=color, fontsize=9)
+    return image
+
+
+fig, ax = plt.subplots(figsize=(5, 4.2))
+image = plot_weights(ax, weights, "Self-attention weights P")
+fig.colorbar(image, ax=ax, label="weight")
+fig.tight_layout()
+
+# %% [markdown]
+# ## 9. A causal mask
+#
+# A language model predicting the next token must not read tokens that come after
+# the current one. A **causal mask** allows query $i$ to attend to keys $0..i$ only:
+# the disallowed scores are set to $-\infty$ before the softmax, so their weights
+# are exactly 0 and the remaining weights in each row still sum to 1.
+#
+# In the package (and in `F.scaled_dot_product_attention`) a boolean mask is
+# **True where attention is allowed**.
+
+# %%
+mask = attention.causal_mask(L)
+print(mask)
+
+masked_weights = torch.softmax(scaled.masked_fill(~mask, float("-inf")), dim=-1)
+print("row sums:", masked_weights.sum(dim=-1))
+assert torch.all(masked_weights[~mask] == 0)
+torch.testing.assert_close(masked_weights, attention.attention_weights(Q, K, is_causal=True))
+
+fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+plot_weights(axes[0], weights, "No mask")
+image = plot_weights(axes[1], masked_weights, "Causal mask: upper triangle is 0")
+fig.colorbar(image, ax=axes, label="weight")
+
+# %% [markdown]
+# The first token can only attend to itself, so its weight is 1; the last token
+# spreads its attention over the whole sentence.
+#
+# ## Summary
+#
+# - Attention compares every query with every key ($QK^\top$, shape $L \times S$),
+#   scales by $1/\sqrt{D}$, turns each row into probabilities with a softmax, and
+#   averages the values with those probabilities ($PV$, shape $L \times D_v$).
+# - Each row of $P$ sums to 1; a mask removes pairs by sending their scores to
+#   $-\infty$, which makes their weights exactly 0.
+# - Four lines of NumPy or PyTorch reproduce PyTorch's fused kernel to float32
+#   precision.
+#
+# ## Exercises
+#
+# 1. Remove the division by $\sqrt{D}$ and set $D = 256$. What happens to the largest
+#    weight in each row? (Try `attention.attention_weights(Q, K, scale=1.0)`.)
+# 2. Use 3 queries and 5 keys ($L \ne S$). Which shapes change, and which do not?
+# 3. Make $V$ 6-dimensional while $Q$ and $K$ stay 4-dimensional. Does anything break?
+#
+# <details><summary>Answers</summary>
+#
+# 1. The scores grow like $\sqrt{D}$, so each row's softmax approaches a one-hot
+#    vector: the largest weight moves towards 1 and the gradients of the others towards 0.
+# 2. Scores and weights become $3 \times 5$; the output is $3 \times D_v$. Rows still sum to 1.
+# 3. Nothing: only $Q$ and $K$ must share a size. The output becomes $L \times 6$.
+#
+# </details>
+#
+# **Where next:** the [concept page](../../concepts/scaled-dot-product-attention/)
+# works an example by hand, and the
+# [how-to guide](../../how-to/check-against-pytorch/) shows how to test your own
+# implementation against PyTorch.
