@@ -84,14 +84,17 @@ def check_attn_mask(attn_mask: object, scores_shape: torch.Size, query: Tensor) 
         raise ValueError(
             f"attn_mask must be on the query's device {query.device}; got {attn_mask.device}"
         )
-    target = "(" + ", ".join(str(n) for n in scores_shape) + ")"
-    try:
-        broadcast = torch.broadcast_shapes(attn_mask.shape, scores_shape)
-    except RuntimeError:
-        broadcast = None
-    if broadcast != scores_shape:
+    if not broadcasts_to(attn_mask.shape, scores_shape):
+        target = "(" + ", ".join(str(n) for n in scores_shape) + ")"
         raise ValueError(
             f"attn_mask must broadcast to the scores shape (..., L, S) = {target}; "
             f"got {shape_str(attn_mask)}"
         )
     return attn_mask
+
+
+def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether ``shape`` broadcasts to ``target`` without changing ``target``."""
+    if len(shape) > len(target):
+        return False
+    return all(n == 1 or n == t for n, t in zip(reversed(shape), reversed(target), strict=False))

@@ -184,7 +184,7 @@ def _probabilities(
     if is_causal:
         attn_mask = causal_mask(L, S, device=query.device)
     if attn_mask is not None:
-        attn_mask = check_attn_mask(attn_mask, query.shape[:-1] + (S,), query)
+        attn_mask = check_attn_mask(attn_mask, torch.Size((*query.shape[:-1], S)), query)
 
     # float16/bfloat16 lose too much in a long sum of products and in exp(), so, like
     # PyTorch's CPU reference path, compute in float32 and round once at the end.

@@ -80,9 +80,7 @@ def causal_mask(
     elif alignment == "bottom_right":
         offset = S - L
     else:
-        raise ValueError(
-            f"alignment must be 'top_left' or 'bottom_right'; got {alignment!r}"
-        )
+        raise ValueError(f"alignment must be 'top_left' or 'bottom_right'; got {alignment!r}")
     rows = torch.arange(L, device=device).unsqueeze(-1)  # (L, 1)
     cols = torch.arange(S, device=device)  # (S,)
     return cols <= rows + offset  # (L, S)

@@ -5,9 +5,12 @@
 # not reachable here; the Python package drives the system chromium instead.
 set -euo pipefail
 
-if command -v chromium >/dev/null 2>&1; then
-    exit 0
-fi
+# Any of these will do (GitHub's runners ship Google Chrome, not chromium).
+for browser in chromium chromium-browser google-chrome; do
+    if command -v "$browser" >/dev/null 2>&1; then
+        exit 0
+    fi
+done
 echo "chromium is missing; installing it from Debian's packages" >&2
 if [ "$(id -u)" -eq 0 ]; then
     SUDO=""

@@ -29,9 +29,7 @@ def make_qkv(*lead, L=L, S=S, D=D, Dv=Dv, Hkv=None, dtype=torch.float32, seed=0)
 # --- forward parity ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "lead", [(), (B,), (B, H), (B, H, 2)], ids=["2d", "3d", "4d", "5d"]
-)
+@pytest.mark.parametrize("lead", [(), (B,), (B, H), (B, H, 2)], ids=["2d", "3d", "4d", "5d"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_matches_torch_for_any_leading_dims(lead, dtype):
     q, k, v = make_qkv(*lead, dtype=dtype)
@@ -182,16 +180,14 @@ def test_textbook_masking_would_have_produced_nan():
 
 def test_zero_keys_give_zeros_and_zero_queries_give_empty():
     q, k, v = make_qkv(B, L=4, S=0)
-    torch.testing.assert_close(
-        scaled_dot_product_attention(q, k, v), torch.zeros(B, 4, Dv)
-    )
+    torch.testing.assert_close(scaled_dot_product_attention(q, k, v), torch.zeros(B, 4, Dv))
     q, k, v = make_qkv(B, L=0, S=3)
     assert scaled_dot_product_attention(q, k, v).shape == (B, 0, Dv)
 
 
 def test_causal_mask_with_more_queries_than_keys_empties_the_last_rows_not_the_first():
     # top-left alignment: query i sees keys 0..i, so with S=3 every row has a key
-    q, k, v = make_qkv(L=5, S=3)
+    q, k, _ = make_qkv(L=5, S=3)
     w = attention_weights(q, k, is_causal=True)
     torch.testing.assert_close(w.sum(-1), torch.ones(5))
     torch.testing.assert_close(w, attention_weights(q, k, attn_mask=causal_mask(5, 3)))
@@ -276,7 +272,9 @@ def test_causal_attention_does_not_leak_the_future(L, t, seed):
     q, k, v = make_qkv(L=L, S=L, seed=seed, dtype=torch.float64)
     k2, v2 = k.clone(), v.clone()
     k2[t + 1 :], v2[t + 1 :] = 7.0, -7.0  # change every position after t
-    out, out2 = (scaled_dot_product_attention(q, kk, vv, is_causal=True) for kk, vv in ((k, v), (k2, v2)))
+    out, out2 = (
+        scaled_dot_product_attention(q, kk, vv, is_causal=True) for kk, vv in ((k, v), (k2, v2))
+    )
     torch.testing.assert_close(out[: t + 1], out2[: t + 1])
 
 
@@ -286,31 +284,115 @@ def test_causal_attention_does_not_leak_the_future(L, t, seed):
 def bad_input_cases():
     q, k, v = make_qkv(B, H)
     return [
-        ("not a tensor", (q.tolist(), k, v), {}, TypeError, r"query must be a torch.Tensor; got list"),
-        ("integer dtype", (q.long(), k, v), {}, TypeError, r"query must have a floating-point dtype"),
-        ("mixed dtypes", (q, k.double(), v), {}, TypeError, r"query and key must have the same dtype"),
-        ("value dtype", (q, k, v.double()), {}, TypeError, r"key and value must have the same dtype"),
+        (
+            "not a tensor",
+            (q.tolist(), k, v),
+            {},
+            TypeError,
+            r"query must be a torch.Tensor; got list",
+        ),
+        (
+            "integer dtype",
+            (q.long(), k, v),
+            {},
+            TypeError,
+            r"query must have a floating-point dtype",
+        ),
+        (
+            "mixed dtypes",
+            (q, k.double(), v),
+            {},
+            TypeError,
+            r"query and key must have the same dtype",
+        ),
+        (
+            "value dtype",
+            (q, k, v.double()),
+            {},
+            TypeError,
+            r"key and value must have the same dtype",
+        ),
         ("1-d query", (q[0, 0, 0], k, v), {}, ValueError, r"query must have at least 2 dimensions"),
-        ("head size", (q, k[..., :4], v), {}, ValueError,
-         r"same head size D.*query \(2, 3, 5, 11\), key \(2, 3, 7, 4\)"),
-        ("key/value length", (q, k, v[..., :6, :]), {}, ValueError,
-         r"key and value must have the same.*length S.*key \(2, 3, 7, 11\), value \(2, 3, 6, 13\)"),
-        ("batch dims", (q, k[:1], v[:1]), {}, ValueError, r"query and key must have the same leading"),
+        (
+            "head size",
+            (q, k[..., :4], v),
+            {},
+            ValueError,
+            r"same head size D.*query \(2, 3, 5, 11\), key \(2, 3, 7, 4\)",
+        ),
+        (
+            "key/value length",
+            (q, k, v[..., :6, :]),
+            {},
+            ValueError,
+            r"key and value must have the same.*length S.*"
+            r"key \(2, 3, 7, 11\), value \(2, 3, 6, 13\)",
+        ),
+        (
+            "batch dims",
+            (q, k[:1], v[:1]),
+            {},
+            ValueError,
+            r"query and key must have the same leading",
+        ),
         ("heads without gqa", (q, k[:, :1], v[:, :1]), {}, ValueError, r"enable_gqa=True"),
-        ("heads do not divide", (q, k[:, :2], v[:, :2]), {"enable_gqa": True}, ValueError,
-         r"multiple of the number of key/value heads Hkv; got H=3, Hkv=2"),
-        ("causal and mask", (q, k, v), {"is_causal": True, "attn_mask": torch.ones(L, S, dtype=torch.bool)},
-         ValueError, r"either attn_mask or is_causal"),
-        ("mask shape", (q, k, v), {"attn_mask": torch.ones(S, L, dtype=torch.bool)}, ValueError,
-         r"attn_mask must broadcast to the scores shape \(\.\.\., L, S\) = \(2, 3, 5, 7\); got \(7, 5\)"),
-        ("mask too many dims", (q, k, v), {"attn_mask": torch.ones(4, B, H, L, S, dtype=torch.bool)},
-         ValueError, r"attn_mask must broadcast"),
-        ("mask int dtype", (q, k, v), {"attn_mask": torch.ones(L, S, dtype=torch.int64)}, TypeError,
-         r"attn_mask must be bool .* got torch.int64"),
-        ("mask float64 for float32", (q, k, v), {"attn_mask": torch.zeros(L, S, dtype=torch.float64)},
-         TypeError, r"attn_mask must be bool"),
-        ("mask list", (q, k, v), {"attn_mask": [[True]]}, TypeError, r"attn_mask must be a torch.Tensor"),
-        ("dropout 1", (q, k, v), {"dropout_p": 1.0}, ValueError, r"dropout_p must be in \[0, 1\); got 1.0"),
+        (
+            "heads do not divide",
+            (q, k[:, :2], v[:, :2]),
+            {"enable_gqa": True},
+            ValueError,
+            r"multiple of the number of key/value heads Hkv; got H=3, Hkv=2",
+        ),
+        (
+            "causal and mask",
+            (q, k, v),
+            {"is_causal": True, "attn_mask": torch.ones(L, S, dtype=torch.bool)},
+            ValueError,
+            r"either attn_mask or is_causal",
+        ),
+        (
+            "mask shape",
+            (q, k, v),
+            {"attn_mask": torch.ones(S, L, dtype=torch.bool)},
+            ValueError,
+            r"attn_mask must broadcast to the scores shape "
+            r"\(\.\.\., L, S\) = \(2, 3, 5, 7\); got \(7, 5\)",
+        ),
+        (
+            "mask too many dims",
+            (q, k, v),
+            {"attn_mask": torch.ones(4, B, H, L, S, dtype=torch.bool)},
+            ValueError,
+            r"attn_mask must broadcast",
+        ),
+        (
+            "mask int dtype",
+            (q, k, v),
+            {"attn_mask": torch.ones(L, S, dtype=torch.int64)},
+            TypeError,
+            r"attn_mask must be bool .* got torch.int64",
+        ),
+        (
+            "mask float64 for float32",
+            (q, k, v),
+            {"attn_mask": torch.zeros(L, S, dtype=torch.float64)},
+            TypeError,
+            r"attn_mask must be bool",
+        ),
+        (
+            "mask list",
+            (q, k, v),
+            {"attn_mask": [[True]]},
+            TypeError,
+            r"attn_mask must be a torch.Tensor",
+        ),
+        (
+            "dropout 1",
+            (q, k, v),
+            {"dropout_p": 1.0},
+            ValueError,
+            r"dropout_p must be in \[0, 1\); got 1.0",
+        ),
         ("dropout negative", (q, k, v), {"dropout_p": -0.1}, ValueError, r"dropout_p must be in"),
         ("dropout str", (q, k, v), {"dropout_p": "0.1"}, TypeError, r"dropout_p must be a float"),
         ("scale nan", (q, k, v), {"scale": float("nan")}, ValueError, r"scale must be finite"),
@@ -332,5 +414,5 @@ def test_attention_weights_validates_like_the_full_function():
     q, k, _ = make_qkv(B, H)
     with pytest.raises(ValueError, match="same head size D"):
         attention_weights(q, k[..., :3])
-    with pytest.raises(TypeError, match="key must be a torch.Tensor"):
+    with pytest.raises(TypeError, match=r"key must be a torch\.Tensor"):
         attention_weights(q, None)

@@ -13,7 +13,11 @@ def assert_same_attention(mask, make_bias):
     what SDPA computes with it and with our mask."""
     L, S = mask.shape
     g = torch.Generator().manual_seed(L * 100 + S)
-    q, k, v = torch.randn(2, L, 5, generator=g), torch.randn(2, S, 5, generator=g), torch.randn(2, S, 3, generator=g)
+    q, k, v = (
+        torch.randn(2, L, 5, generator=g),
+        torch.randn(2, S, 5, generator=g),
+        torch.randn(2, S, 3, generator=g),
+    )
     with warnings.catch_warnings():
         # PyTorch warns that L > S leaves the first L - S rows empty; that is the point.
         warnings.simplefilter("ignore", UserWarning)
@@ -49,7 +53,11 @@ def test_alignments_agree_when_lengths_are_equal():
 
 def test_causal_mask_equals_is_causal_in_attention():
     g = torch.Generator().manual_seed(0)
-    q, k, v = torch.randn(2, 5, 4, generator=g), torch.randn(2, 8, 4, generator=g), torch.randn(2, 8, 3, generator=g)
+    q, k, v = (
+        torch.randn(2, 5, 4, generator=g),
+        torch.randn(2, 8, 4, generator=g),
+        torch.randn(2, 8, 3, generator=g),
+    )
     torch.testing.assert_close(
         scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(5, 8)),
         F.scaled_dot_product_attention(q, k, v, is_causal=True),
@@ -67,7 +75,12 @@ def test_device_argument_is_honoured():
         ((2.0,), {}, TypeError, r"L must be an int; got float"),
         ((2, True), {}, TypeError, r"S must be an int; got bool"),
         ((-1,), {}, ValueError, r"L must be >= 0; got -1"),
-        ((2, 3), {"alignment": "bottom-right"}, ValueError, r"alignment must be 'top_left' or 'bottom_right'"),
+        (
+            (2, 3),
+            {"alignment": "bottom-right"},
+            ValueError,
+            r"alignment must be 'top_left' or 'bottom_right'",
+        ),
     ],
 )
 def test_bad_arguments_raise_clear_errors(args, kwargs, error, message):

@@ -48,13 +48,14 @@ torch.set_printoptions(precision=3, sci_mode=False)
 
 # %%
 tokens = ["the", "cat", "sat", "on", "mats"]
-L, E, D = len(tokens), 8, 4  # sequence length, embedding width, head size
+L, E, D = len(tokens), 8, 4  # length, embedding width, head size
 
 X = torch.randn(L, E)  # one embedding per row
 W_q, W_k, W_v = (torch.randn(E, D) / E**0.5 for _ in range(3))
 
 Q, K, V = X @ W_q, X @ W_k, X @ W_v
-print("X:", tuple(X.shape), "-> Q:", tuple(Q.shape), "K:", tuple(K.shape), "V:", tuple(V.shape))
+print("X:", tuple(X.shape))
+print("Q:", tuple(Q.shape), "K:", tuple(K.shape), "V:", tuple(V.shape))
 
 # %% [markdown]
 # ## 2. Scores: every query against every key
@@ -72,7 +73,7 @@ print(scores)
 assert torch.isclose(scores[1, 3], torch.dot(Q[1], K[3]))
 
 # %% [markdown]
-# ## 3. Scaling by $\sqrt{D}$
+# ## 3. Scaling by the square root of D
 #
 # If the components of $q$ and $k$ are independent with variance 1, the dot product
 # of two $D$-dimensional vectors is a sum of $D$ such products and has variance $D$.
@@ -84,12 +85,14 @@ assert torch.isclose(scores[1, 3], torch.dot(Q[1], K[3]))
 
 # %%
 scaled = scores / D**0.5
-print(f"std of scores: {scores.std():.3f}; after dividing by sqrt(D) = {D**0.5:.0f}: {scaled.std():.3f}")
+print(f"std of scores: {scores.std():.3f}")
+print(f"std after dividing by sqrt(D): {scaled.std():.3f}")
 
 # The effect is clearest with unit-variance vectors of a realistic size:
 for d in (4, 64, 512):
     dots = (torch.randn(10_000, d) * torch.randn(10_000, d)).sum(dim=-1)
-    print(f"D = {d:3d}: var(q.k) = {dots.var():7.1f}   var(q.k / sqrt(D)) = {(dots / d**0.5).var():.2f}")
+    scaled_dots = dots / d**0.5
+    print(f"D = {d:3d}: var(q.k) = {dots.var():6.1f}, var(q.k / sqrt(D)) = {scaled_dots.var():.2f}")
 
 # %% [markdown]
 # ## 4. Softmax: scores become weights
@@ -104,7 +107,8 @@ for d in (4, 64, 512):
 
 # %%
 shifted = scaled - scaled.max(dim=-1, keepdim=True).values
-weights = shifted.exp() / shifted.exp().sum(dim=-1, keepdim=True)  # (L, L)
+exps = shifted.exp()
+weights = exps / exps.sum(dim=-1, keepdim=True)  # (L, L)
 
 print("weights shape:", tuple(weights.shape))
 print(weights)
@@ -155,7 +159,7 @@ print("max |NumPy - PyTorch| =", np.abs(out_numpy - out.numpy()).max())
 ours = attention.scaled_dot_product_attention(Q, K, V)
 theirs = F.scaled_dot_product_attention(Q, K, V)
 print(f"max |from scratch - package| = {(out - ours).abs().max():.2e}")
-print(f"max |from scratch - PyTorch| = {(out - theirs).abs().max():.2e}")
+print(f"max |from scratch - torch|   = {(out - theirs).abs().max():.2e}")
 torch.testing.assert_close(out, ours)
 torch.testing.assert_close(out, theirs)
 
@@ -167,9 +171,10 @@ torch.testing.assert_close(out, theirs)
 # nothing linguistically, but the picture is how you will read every attention map
 # from here on.
 
+
 # %%
 def plot_weights(ax, w, title):
-    """Annotated heatmap of an (L, S) weight matrix with token labels."""
+    """Annotated heatmap of an (L, S) weight matrix, token labels."""
     w = w.detach().numpy()
     image = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0)
     ax.set_xticks(range(len(tokens)), tokens)
@@ -204,15 +209,16 @@ fig.tight_layout()
 mask = attention.causal_mask(L)
 print(mask)
 
-masked_weights = torch.softmax(scaled.masked_fill(~mask, float("-inf")), dim=-1)
+masked_scores = scaled.masked_fill(~mask, float("-inf"))
+masked_weights = torch.softmax(masked_scores, dim=-1)
 print("row sums:", masked_weights.sum(dim=-1))
 assert torch.all(masked_weights[~mask] == 0)
 torch.testing.assert_close(masked_weights, attention.attention_weights(Q, K, is_causal=True))
 
-fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
 plot_weights(axes[0], weights, "No mask")
-image = plot_weights(axes[1], masked_weights, "Causal mask: upper triangle is 0")
-fig.colorbar(image, ax=axes, label="weight")
+image = plot_weights(axes[1], masked_weights, "Causal mask")
+colorbar = fig.colorbar(image, ax=axes, label="weight")
 
 # %% [markdown]
 # The first token can only attend to itself, so its weight is 1; the last token

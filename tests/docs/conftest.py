@@ -1,0 +1,60 @@
+"""Fixtures that build the documentation site once per session and serve it locally."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / "build"
+
+
+@pytest.fixture(scope="session")
+def built_site() -> Path:
+    """Run ``mkdocs build --strict`` exactly as ``make docs`` does and return the site.
+
+    The notebook cache is switched off so every tutorial is executed against the
+    package as it is now, never replayed from an older run.
+    """
+    site = BUILD / "test-site"
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "ATTENTION_NOTEBOOK_CACHE": "false"}
+    env.pop("MPLBACKEND", None)  # the notebook kernel must use its inline backend
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}")
+    (site / ".build-log").write_text(result.stderr)
+    return site
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="session")
+def site_url(built_site: Path) -> Iterator[str]:
+    """Serve the built site on 127.0.0.1 (a free port) for the browser tests."""
+    handler = functools.partial(_QuietHandler, directory=str(built_site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()

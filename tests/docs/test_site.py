@@ -1,0 +1,74 @@
+"""The strict build succeeds and produces what a reader needs, checked in the HTML."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def html_pages(site: Path) -> list[Path]:
+    return sorted(p for p in site.rglob("*.html") if p.name != "404.html")
+
+
+def test_strict_build_has_no_warnings(built_site: Path) -> None:
+    log = (built_site / ".build-log").read_text()
+    assert not re.search(r"^WARNING", log, flags=re.MULTILINE), log
+
+
+def test_every_markdown_page_and_tutorial_is_built(built_site: Path) -> None:
+    docs = ROOT / "docs"
+    for source in [*docs.rglob("*.md"), *docs.glob("tutorials/[0-9][0-9]_*.py")]:
+        rel = source.relative_to(docs).with_suffix("")
+        page = built_site / (
+            "index.html"
+            if rel.name == "index" and rel.parent == Path()
+            else rel.parent / "index.html"
+            if rel.name == "index"
+            else rel / "index.html"
+        )
+        assert page.is_file(), (
+            f"{source.relative_to(ROOT)} did not produce {page.relative_to(built_site)}"
+        )
+
+
+def test_tutorials_were_executed_with_outputs_and_figures(built_site: Path) -> None:
+    for tutorial in (ROOT / "docs" / "tutorials").glob("[0-9][0-9]_*.py"):
+        html = (built_site / "tutorials" / tutorial.stem / "index.html").read_text()
+        assert "jp-OutputArea-output" in html, f"{tutorial.name}: no executed output"
+        assert 'src="data:image/png;base64,' in html, f"{tutorial.name}: no figure"
+        assert "Traceback" not in html and "ename" not in html
+        # the source and a notebook are offered for download next to the page
+        page_dir = built_site / "tutorials" / tutorial.stem
+        assert f'href="{tutorial.name}" download' in html
+        assert f'href="{tutorial.stem}.ipynb" download' in html
+        assert (page_dir / tutorial.name).read_text() == tutorial.read_text()
+        notebook = json.loads((page_dir / f"{tutorial.stem}.ipynb").read_text())
+        assert notebook["nbformat"] == 4 and len(notebook["cells"]) > 5
+
+
+def test_api_reference_shows_signatures_source_and_examples(built_site: Path) -> None:
+    html = (built_site / "reference" / "functional" / "index.html").read_text()
+    assert 'id="attention.functional.scaled_dot_product_attention"' in html
+    assert 'id="attention.functional.attention_weights"' in html
+    assert "doc-signature" in html  # formatted signature block
+    assert "Source code in" in html  # show_source
+    assert "&gt;&gt;&gt;" in html or "gp" in html  # examples rendered
+    masks = (built_site / "reference" / "masks" / "index.html").read_text()
+    assert 'id="attention.masks.causal_mask"' in masks
+
+
+def test_no_page_references_a_font_service_or_cdn(built_site: Path) -> None:
+    # Scripts and <link>s that the browser fetches; an href in prose (an arXiv link)
+    # and <link rel="canonical"> (a label, never fetched) are fine.
+    external_asset = re.compile(
+        r"""<script[^>]+src=["'](?:https?:)?//|<link(?![^>]*rel="canonical")[^>]+href=["'](?:https?:)?//"""
+    )
+    for page in html_pages(built_site):
+        html = page.read_text()
+        assert not external_asset.search(html), (
+            f"{page.relative_to(built_site)} loads an external asset"
+        )
+        assert "fonts.googleapis" not in html and "fonts.gstatic" not in html

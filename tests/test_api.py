@@ -1,0 +1,69 @@
+"""The public surface: exported, documented, and shown in the API reference."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import re
+from pathlib import Path
+
+import pytest
+
+import attention
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "docs" / "reference"
+PUBLIC_MODULES = [
+    importlib.import_module(f"attention.{m.name}")
+    for m in pkgutil.iter_modules(attention.__path__)
+    if not m.name.startswith("_")
+]
+
+
+def documented_in_reference() -> set[str]:
+    """Names rendered by mkdocstrings: `::: attention.module` with a `members:` list."""
+    names: set[str] = set()
+    for page in REFERENCE.glob("*.md"):
+        text = page.read_text()
+        for block in re.finditer(r"^::: (attention\.\w+)\n((?:[ \t]+.*\n?)*)", text, re.MULTILINE):
+            members = re.findall(r"^\s+- (\w+)\s*$", block.group(2), re.MULTILINE)
+            names.update(members)
+    return names
+
+
+def test_all_lists_exactly_the_public_names_of_the_public_modules():
+    from_modules = {name for module in PUBLIC_MODULES for name in module.__all__}
+    assert set(attention.__all__) == from_modules
+    for name in attention.__all__:
+        assert getattr(attention, name) is not None
+
+
+def test_every_module_lists_only_names_it_defines():
+    for module in PUBLIC_MODULES:
+        for name in module.__all__:
+            assert getattr(module, name).__module__ == module.__name__, (module, name)
+
+
+def test_every_public_name_is_on_a_reference_page():
+    missing = set(attention.__all__) - documented_in_reference()
+    assert not missing, f"add these to a docs/reference/ page: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("name", attention.__all__)
+def test_every_public_name_has_a_full_google_docstring(name):
+    doc = inspect.getdoc(getattr(attention, name))
+    assert doc, f"{name} has no docstring"
+    for section in ("Args:", "Returns:", "Raises:", "Examples:"):
+        assert section in doc, f"{name}'s docstring has no {section} section"
+    assert ">>> " in doc
+
+
+@pytest.mark.parametrize("module", PUBLIC_MODULES, ids=lambda m: m.__name__)
+def test_every_public_module_has_a_docstring(module):
+    assert inspect.getdoc(module)
+
+
+def test_version_matches_the_distribution_metadata():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'version = "{attention.__version__}"' in pyproject

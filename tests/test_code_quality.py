@@ -1,0 +1,27 @@
+"""Lint and type checks run with the test suite, so CI enforces them too."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_ruff_lint_and_format_are_clean():
+    lint = run("ruff", "check", ".")
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    fmt = run("ruff", "format", "--check", ".")
+    assert fmt.returncode == 0, fmt.stdout + fmt.stderr
+
+
+def test_mypy_strict_passes_on_the_package():
+    result = run("mypy")
+    assert result.returncode == 0, result.stdout + result.stderr
