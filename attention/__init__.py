@@ -4,8 +4,34 @@ The public API is re-exported here; each concept lives in its own module.
 """
 
 from attention.functional import attention_weights, scaled_dot_product_attention
-from attention.masks import causal_mask
+from attention.kv_cache import KVCache
+from attention.masks import (
+    causal_mask,
+    combine_masks,
+    mask_to_bias,
+    padding_mask,
+    sliding_window_mask,
+)
+from attention.multi_head import (
+    CausalSelfAttention,
+    CrossAttention,
+    MultiHeadAttention,
+    SelfAttention,
+)
 
-__all__ = ["attention_weights", "causal_mask", "scaled_dot_product_attention"]
+__all__ = [
+    "CausalSelfAttention",
+    "CrossAttention",
+    "KVCache",
+    "MultiHeadAttention",
+    "SelfAttention",
+    "attention_weights",
+    "causal_mask",
+    "combine_masks",
+    "mask_to_bias",
+    "padding_mask",
+    "scaled_dot_product_attention",
+    "sliding_window_mask",
+]
 
 __version__ = "0.1.0"

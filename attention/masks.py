@@ -1,13 +1,21 @@
-r"""Boolean attention masks.
+r"""Attention masks: which query may attend to which key.
 
 Convention used by the whole package (and by
 `torch.nn.functional.scaled_dot_product_attention`): a boolean mask is **True where a
 query may attend** to a key. Shapes are ``(L, S)``: one row per query position, one
-column per key position; they broadcast against scores of shape ``(..., L, S)``.
+column per key position; they broadcast against scores of shape ``(..., L, S)``. A
+float mask is *added* to the scores: $0$ keeps a pair, $-\infty$ removes it.
 
 !!! warning "PyTorch uses the opposite polarity in `nn.MultiheadAttention`"
     There, ``attn_mask`` and ``key_padding_mask`` are True where a position is
     *masked out*. Pass ``~mask`` when you hand one of these masks to that module.
+    This package keeps that meaning for ``key_padding_mask`` only (True marks
+    padding), so code ported from PyTorch keeps working:
+    ``key_padding_mask = ~padding_mask(lengths)``.
+
+References:
+    Beltagy, Peters and Cohan, "Longformer: The Long-Document Transformer", 2020
+    (sliding-window attention). [arXiv:2004.05150](https://arxiv.org/abs/2004.05150)
 """
 
 from __future__ import annotations
@@ -17,7 +25,13 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-__all__ = ["causal_mask"]
+__all__ = [
+    "causal_mask",
+    "combine_masks",
+    "mask_to_bias",
+    "padding_mask",
+    "sliding_window_mask",
+]
 
 CausalAlignment = Literal["top_left", "bottom_right"]
 
@@ -69,18 +83,249 @@ def causal_mask(
         tensor([[1, 0, 0, 0, 0],
                 [1, 1, 0, 0, 0]], dtype=torch.int32)
     """
+    distance = _query_key_distance(L, S, alignment, device)  # (L, S)
+    return distance >= 0
+
+
+def sliding_window_mask(
+    L: int,
+    S: int | None = None,
+    *,
+    window: int,
+    causal: bool = True,
+    alignment: CausalAlignment = "top_left",
+    device: torch.device | str | None = None,
+) -> Tensor:
+    r"""Mask that lets each query attend only to keys within ``window`` positions.
+
+    With $d = p_i - j$ the distance from query $i$ (at position $p_i$) back to key $j$:
+    causal windows keep $0 \le d < w$, the $w$ most recent keys including the query's
+    own position (Mistral-style); non-causal windows keep $|d| < w$, up to $w - 1$
+    keys on each side (Longformer-style). ``alignment`` places the queries as in
+    [`causal_mask`][attention.masks.causal_mask]. Each query then needs $O(w)$
+    keys instead of $O(S)$, which is what efficient sliding-window kernels exploit.
+
+    Args:
+        L: Number of queries.
+        S: Number of keys; defaults to ``L``.
+        window: Window size $w \ge 1$.
+        causal: Keep only keys at or before the query's position.
+        alignment: ``"top_left"`` ($p_i = i$) or ``"bottom_right"``
+            ($p_i = i + S - L$).
+        device: Device of the returned tensor.
+
+    Returns:
+        Bool tensor of shape ``(L, S)``, True where attention is allowed.
+
+    Raises:
+        TypeError: If ``L``, ``S`` or ``window`` is not an int.
+        ValueError: If a size is negative, ``window < 1``, or ``alignment`` is unknown.
+
+    Examples:
+        >>> from attention import sliding_window_mask
+        >>> sliding_window_mask(5, window=2).int()
+        tensor([[1, 0, 0, 0, 0],
+                [1, 1, 0, 0, 0],
+                [0, 1, 1, 0, 0],
+                [0, 0, 1, 1, 0],
+                [0, 0, 0, 1, 1]], dtype=torch.int32)
+        >>> sliding_window_mask(4, window=2, causal=False).int()
+        tensor([[1, 1, 0, 0],
+                [1, 1, 1, 0],
+                [0, 1, 1, 1],
+                [0, 0, 1, 1]], dtype=torch.int32)
+    """
+    _check_size("window", window, minimum=1)
+    distance = _query_key_distance(L, S, alignment, device)  # (L, S)
+    if causal:
+        return (distance >= 0) & (distance < window)
+    return distance.abs() < window
+
+
+def padding_mask(
+    lengths: Tensor | list[int],
+    max_length: int | None = None,
+    *,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    r"""Mask of the real (non-padding) positions of a batch of padded sequences.
+
+    Sequence $b$ has ``lengths[b]`` real tokens followed by padding. The result is
+    True at real positions, so it follows the package convention (True = may be
+    attended to). To use it as an ``attn_mask`` for scores of shape
+    ``(B, H, L, S)``, add the head and query axes:
+    ``padding_mask(lengths)[:, None, None, :]``. For a ``key_padding_mask``
+    (PyTorch's meaning, True = padding) negate it.
+
+    Args:
+        lengths: ``(B,)`` integer lengths, each in ``[0, max_length]``.
+        max_length: Padded length $S$; defaults to ``max(lengths)``.
+        device: Device of the result; defaults to that of ``lengths``.
+
+    Returns:
+        Bool tensor of shape ``(B, S)``, True at real positions.
+
+    Raises:
+        TypeError: If ``lengths`` is not a 1-D integer tensor or a list of ints.
+        ValueError: If a length is negative or exceeds ``max_length``.
+
+    Examples:
+        >>> from attention import padding_mask
+        >>> padding_mask([3, 1, 4]).int()
+        tensor([[1, 1, 1, 0],
+                [1, 0, 0, 0],
+                [1, 1, 1, 1]], dtype=torch.int32)
+        >>> (~padding_mask([2, 3], max_length=5)).int()  # as a key_padding_mask
+        tensor([[0, 0, 1, 1, 1],
+                [0, 0, 0, 1, 1]], dtype=torch.int32)
+    """
+    if isinstance(lengths, list):
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in lengths):
+            raise TypeError(f"lengths must be integers; got {lengths!r}")
+        lengths = torch.tensor(lengths, dtype=torch.long, device=device)
+    if not isinstance(lengths, Tensor):
+        raise TypeError(
+            f"lengths must be a 1-D integer tensor or a list of ints; got {type(lengths).__name__}"
+        )
+    if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
+        raise TypeError(f"lengths must have an integer dtype; got {lengths.dtype}")
+    if lengths.ndim != 1:
+        raise ValueError(f"lengths must be 1-D (B,); got shape {tuple(lengths.shape)}")
+    if device is not None:
+        lengths = lengths.to(device)
+    longest = int(lengths.max()) if lengths.numel() else 0
+    if max_length is None:
+        max_length = longest
+    _check_size("max_length", max_length)
+    if lengths.numel() and int(lengths.min()) < 0:
+        raise ValueError(f"lengths must be >= 0; got {lengths.tolist()}")
+    if longest > max_length:
+        raise ValueError(f"lengths must be <= max_length={max_length}; got {lengths.tolist()}")
+    positions = torch.arange(max_length, device=lengths.device)  # (S,)
+    return positions < lengths.unsqueeze(-1)  # (B, S)
+
+
+def combine_masks(*masks: Tensor | None) -> Tensor:
+    r"""Combine masks so that a pair is kept only if every mask keeps it.
+
+    Boolean masks are combined with a logical *and*. If any mask is a float
+    (additive) mask, the boolean ones are turned into additive masks with
+    [`mask_to_bias`][attention.masks.mask_to_bias] and all of them are summed, which
+    is the same rule in additive form. Shapes broadcast; ``None`` entries are
+    skipped, so optional masks can be passed as they are.
+
+    Args:
+        *masks: Bool or float tensors broadcastable to a common shape, or ``None``.
+
+    Returns:
+        The combined mask, of the broadcast shape: bool if every mask is bool, else
+        float.
+
+    Raises:
+        TypeError: If an entry is not a tensor, or float masks have different dtypes.
+        ValueError: If no mask is given or the shapes do not broadcast together.
+
+    Examples:
+        >>> from attention import causal_mask, combine_masks, padding_mask
+        >>> keys = padding_mask([3], max_length=4)[:, None, :]  # (B, 1, S)
+        >>> combine_masks(causal_mask(4), keys, None).int()  # (B, L, S)
+        tensor([[[1, 0, 0, 0],
+                 [1, 1, 0, 0],
+                 [1, 1, 1, 0],
+                 [1, 1, 1, 0]]], dtype=torch.int32)
+    """
+    given = [m for m in masks if m is not None]
+    if not given:
+        raise ValueError("combine_masks needs at least one mask; got none")
+    for i, m in enumerate(given):
+        if not isinstance(m, Tensor):
+            raise TypeError(f"masks[{i}] must be a torch.Tensor or None; got {type(m).__name__}")
+    shape = _broadcast_shape([tuple(m.shape) for m in given])
+    float_dtypes = {m.dtype for m in given if m.dtype != torch.bool}
+    if not float_dtypes:
+        combined = given[0]
+        for m in given[1:]:
+            combined = combined & m
+        return combined.expand(shape)
+    if len(float_dtypes) > 1:
+        raise TypeError(f"float masks must share one dtype; got {sorted(map(str, float_dtypes))}")
+    (dtype,) = float_dtypes
+    total = torch.zeros(shape, dtype=dtype, device=given[0].device)
+    for m in given:
+        total = total + (mask_to_bias(m, dtype=dtype) if m.dtype == torch.bool else m)
+    return total
+
+
+def mask_to_bias(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    r"""Turn a boolean mask into an additive one: $0$ where True, $-\infty$ where False.
+
+    $-\infty$ is the exact value: its weight after the softmax is exactly 0, and
+    [`scaled_dot_product_attention`][attention.functional.scaled_dot_product_attention]
+    turns a row that is $-\infty$ everywhere into zeros instead of NaN. The common
+    stand-ins are both wrong: ``-1e9`` does not fit in float16 (``masked_fill``
+    raises) and, like ``torch.finfo(dtype).min``, it is finite, so a fully masked
+    row becomes a softmax of equal numbers and the query silently receives the
+    *mean* of all values instead of nothing.
+
+    Args:
+        mask: Bool tensor, True where attention is allowed.
+        dtype: Floating dtype of the result (use the query's dtype).
+
+    Returns:
+        Float tensor of ``mask``'s shape with values $0$ and $-\infty$.
+
+    Raises:
+        TypeError: If ``mask`` is not a bool tensor or ``dtype`` is not floating.
+
+    Examples:
+        >>> from attention import causal_mask, mask_to_bias
+        >>> mask_to_bias(causal_mask(3))
+        tensor([[0., -inf, -inf],
+                [0., 0., -inf],
+                [0., 0., 0.]])
+    """
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+        raise TypeError(f"mask must be a bool tensor; got {got}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype; got {dtype}")
+    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    return bias.masked_fill(~mask, float("-inf"))
+
+
+def _check_size(name: str, n: object, minimum: int = 0) -> int:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{name} must be an int; got {type(n).__name__}")
+    if n < minimum:
+        raise ValueError(f"{name} must be >= {minimum}; got {n}")
+    return n
+
+
+def _broadcast_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """The shape all ``shapes`` broadcast to, or a ValueError listing them."""
+    ndim = max(len(s) for s in shapes)
+    result = []
+    for axis in range(-ndim, 0):
+        sizes = {s[axis] for s in shapes if len(s) >= -axis} - {1}
+        if len(sizes) > 1:
+            raise ValueError(f"masks must broadcast to a common shape; got shapes {shapes}")
+        result.append(sizes.pop() if sizes else 1)
+    return tuple(result)
+
+
+def _query_key_distance(
+    L: int, S: int | None, alignment: str, device: torch.device | str | None
+) -> Tensor:
+    """``(L, S)`` integer distances $p_i - j$ from each query's position back to each key."""
     S = L if S is None else S
-    for name, n in (("L", L), ("S", S)):
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise TypeError(f"{name} must be an int; got {type(n).__name__}")
-        if n < 0:
-            raise ValueError(f"{name} must be >= 0; got {n}")
+    _check_size("L", L)
+    _check_size("S", S)
     if alignment == "top_left":
         offset = 0
     elif alignment == "bottom_right":
         offset = S - L
     else:
         raise ValueError(f"alignment must be 'top_left' or 'bottom_right'; got {alignment!r}")
-    rows = torch.arange(L, device=device).unsqueeze(-1)  # (L, 1)
-    cols = torch.arange(S, device=device)  # (S,)
-    return cols <= rows + offset  # (L, S)
+    query_positions = torch.arange(L, device=device).unsqueeze(-1) + offset  # (L, 1)
+    key_positions = torch.arange(S, device=device)  # (S,)
+    return query_positions - key_positions  # (L, S)

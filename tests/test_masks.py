@@ -5,7 +5,14 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
-from attention import causal_mask, scaled_dot_product_attention
+from attention import (
+    causal_mask,
+    combine_masks,
+    mask_to_bias,
+    padding_mask,
+    scaled_dot_product_attention,
+    sliding_window_mask,
+)
 
 
 def assert_same_attention(mask, make_bias):
@@ -86,3 +93,155 @@ def test_device_argument_is_honoured():
 def test_bad_arguments_raise_clear_errors(args, kwargs, error, message):
     with pytest.raises(error, match=message):
         causal_mask(*args, **kwargs)
+
+
+# --- sliding window --------------------------------------------------------------------
+
+
+def brute_force_window(L, S, window, causal, alignment):
+    offset = S - L if alignment == "bottom_right" else 0
+    mask = torch.zeros(L, S, dtype=torch.bool)
+    for i in range(L):
+        for j in range(S):
+            d = i + offset - j
+            mask[i, j] = (0 <= d < window) if causal else (abs(d) < window)
+    return mask
+
+
+@pytest.mark.parametrize(("L", "S"), [(6, 6), (3, 8), (8, 3)])
+@pytest.mark.parametrize("window", [1, 2, 5, 20])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
+def test_sliding_window_matches_its_definition(L, S, window, causal, alignment):
+    expected = brute_force_window(L, S, window, causal, alignment)
+    mask = sliding_window_mask(L, S, window=window, causal=causal, alignment=alignment)
+    assert torch.equal(mask, expected)
+
+
+def test_a_window_as_long_as_the_sequence_is_the_causal_mask():
+    assert torch.equal(sliding_window_mask(7, window=7), causal_mask(7))
+    assert sliding_window_mask(7, window=7, causal=False).all()
+
+
+def test_each_query_sees_at_most_window_keys():
+    assert sliding_window_mask(50, window=4).sum(-1).max() == 4
+
+
+# --- padding ---------------------------------------------------------------------------
+
+
+def test_padding_mask_marks_real_positions():
+    mask = padding_mask(torch.tensor([2, 0, 3]), max_length=4)
+    assert mask.tolist() == [
+        [True, True, False, False],
+        [False, False, False, False],
+        [True, True, True, False],
+    ]
+
+
+def test_padding_mask_as_attn_mask_equals_dropping_the_padding():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (
+        torch.randn(2, 3, 4, 5, generator=g),
+        torch.randn(2, 3, 6, 5, generator=g),
+        torch.randn(2, 3, 6, 2, generator=g),
+    )
+    lengths = [6, 4]
+    out = scaled_dot_product_attention(q, k, v, attn_mask=padding_mask(lengths)[:, None, None, :])
+    for b, n in enumerate(lengths):
+        torch.testing.assert_close(
+            out[b], scaled_dot_product_attention(q[b], k[b, :, :n], v[b, :, :n])
+        )
+
+
+@pytest.mark.parametrize(
+    ("lengths", "kwargs", "error", "message"),
+    [
+        ([1.5, 2], {}, TypeError, r"lengths must be integers"),
+        ("12", {}, TypeError, r"lengths must be a 1-D integer tensor or a list of ints; got str"),
+        (torch.tensor([1.0, 2.0]), {}, TypeError, r"integer dtype; got torch.float32"),
+        (torch.tensor([[1, 2]]), {}, ValueError, r"lengths must be 1-D \(B,\); got shape \(1, 2\)"),
+        ([3, -1], {}, ValueError, r"lengths must be >= 0; got \[3, -1\]"),
+        ([3, 5], {"max_length": 4}, ValueError, r"lengths must be <= max_length=4; got \[3, 5\]"),
+    ],
+)
+def test_padding_mask_bad_input(lengths, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        padding_mask(lengths, **kwargs)
+
+
+# --- combining and additive masks --------------------------------------------------------
+
+
+def test_combine_bool_masks_is_logical_and_with_broadcasting():
+    keys = padding_mask([3, 4])[:, None, :]  # (B, 1, S)
+    combined = combine_masks(causal_mask(4), keys)
+    assert combined.shape == (2, 4, 4)
+    assert torch.equal(combined, causal_mask(4) & keys)
+    assert torch.equal(combine_masks(None, causal_mask(3)), causal_mask(3))
+
+
+def test_combine_with_a_float_mask_adds_biases():
+    bias = torch.randn(3, 3)
+    combined = combine_masks(causal_mask(3), bias)
+    assert combined.dtype == torch.float32
+    assert torch.isneginf(combined[~causal_mask(3)]).all()
+    torch.testing.assert_close(combined[causal_mask(3)], bias[causal_mask(3)])
+
+
+def test_combine_masks_errors():
+    with pytest.raises(ValueError, match="at least one mask"):
+        combine_masks(None, None)
+    with pytest.raises(ValueError, match=r"common shape; got shapes \[\(3, 3\), \(4,\)\]"):
+        combine_masks(causal_mask(3), torch.ones(4, dtype=torch.bool))
+    with pytest.raises(TypeError, match=r"masks\[1\] must be a torch.Tensor"):
+        combine_masks(causal_mask(3), [[True]])
+    with pytest.raises(TypeError, match="float masks must share one dtype"):
+        combine_masks(torch.zeros(3), torch.zeros(3, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_mask_to_bias_gives_the_same_attention_as_the_bool_mask(dtype):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 5, 4, generator=g).to(dtype) for _ in range(3))
+    mask = causal_mask(5)
+    mask[0, 0] = False  # a fully masked row too
+    bias = mask_to_bias(mask, dtype=dtype)
+    assert bias.dtype == dtype
+    torch.testing.assert_close(
+        scaled_dot_product_attention(q, k, v, attn_mask=bias),
+        scaled_dot_product_attention(q, k, v, attn_mask=mask),
+    )
+    assert torch.all(scaled_dot_product_attention(q, k, v, attn_mask=bias)[:, 0] == 0)
+
+
+def test_finite_stand_ins_for_minus_infinity_are_wrong():
+    # The reasons mask_to_bias uses -inf, demonstrated.
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (
+        torch.randn(3, 4, generator=g),
+        torch.randn(5, 4, generator=g),
+        torch.randn(5, 2, generator=g),
+    )
+    nothing = torch.zeros(3, 5, dtype=torch.bool)
+    finite = torch.zeros(3, 5).masked_fill(~nothing, torch.finfo(torch.float32).min)
+    # a finite "minus infinity" turns "attend to nothing" into "average everything"
+    torch.testing.assert_close(
+        scaled_dot_product_attention(q, k, v, attn_mask=finite), v.mean(0).expand(3, 2)
+    )
+    with pytest.raises(RuntimeError):
+        torch.zeros(2, dtype=torch.float16).masked_fill(torch.tensor([True, False]), -1e9)
+
+
+def test_mask_to_bias_errors():
+    with pytest.raises(TypeError, match=r"mask must be a bool tensor; got torch\.float32"):
+        mask_to_bias(torch.zeros(2))
+    with pytest.raises(TypeError, match="dtype must be a floating-point"):
+        mask_to_bias(causal_mask(2), dtype=torch.int64)
+
+
+def test_sliding_window_errors():
+    with pytest.raises(ValueError, match=r"window must be >= 1; got 0"):
+        sliding_window_mask(3, window=0)
+    with pytest.raises(TypeError, match=r"window must be an int; got float"):
+        sliding_window_mask(3, window=2.0)

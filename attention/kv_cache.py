@@ -1,0 +1,102 @@
+r"""A key/value cache for incremental (token-by-token) decoding.
+
+A causal decoder generating token $t$ needs the keys and values of tokens
+$0, \dots, t$. They do not change once computed, so instead of re-projecting the whole
+prefix at every step, each step projects only its new tokens, appends their keys and
+values to a cache, and attends over everything cached. Step $t$ then costs $O(t)$
+instead of $O(t^2)$ for re-running attention over the prefix.
+
+The new queries are the *last* positions of the cached sequence, so the causal mask
+for $L$ new queries over $S$ cached keys is **bottom-right aligned**
+([`causal_mask(L, S, alignment="bottom_right")`][attention.masks.causal_mask]), not
+top-left as PyTorch's ``is_causal=True``. With one new token per step ($L = 1$) the
+mask is all True: the newest token may see everything before it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from attention._checks import check_same_dtype_and_device, check_tensor, shape_str
+
+__all__ = ["KVCache"]
+
+
+class KVCache:
+    """Keys and values of every position decoded so far, for one attention layer.
+
+    Stores tensors of shape ``(B, Hkv, S, D)`` and ``(B, Hkv, S, Dv)`` and grows along
+    ``S``. Pass one instance per layer to
+    [`MultiHeadAttention.forward`][attention.multi_head.MultiHeadAttention.forward]
+    (``kv_cache=``), which appends the new keys and values and attends over all of
+    them.
+
+    Appending concatenates, which copies the cache each step; that keeps the
+    code obvious and is cheap next to the attention itself at teaching sizes. A
+    production cache preallocates ``max_length`` slots instead.
+
+    Examples:
+        >>> import torch
+        >>> from attention import KVCache
+        >>> cache = KVCache()
+        >>> k, v = cache.append(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 5))
+        >>> k, v = cache.append(torch.ones(1, 2, 1, 4), torch.ones(1, 2, 1, 5))
+        >>> len(cache), tuple(k.shape), tuple(v.shape)
+        (4, (1, 2, 4, 4), (1, 2, 4, 5))
+    """
+
+    def __init__(self) -> None:
+        self.key: Tensor | None = None
+        self.value: Tensor | None = None
+
+    def __len__(self) -> int:
+        """Number of cached positions ``S``."""
+        return 0 if self.key is None else self.key.shape[-2]
+
+    def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Append new keys and values along the sequence axis and return all of them.
+
+        Args:
+            key: ``(B, Hkv, L_new, D)`` keys of the new positions.
+            value: ``(B, Hkv, L_new, Dv)`` values of the new positions.
+
+        Returns:
+            ``(key, value)`` of every cached position: ``(B, Hkv, S, D)`` and
+            ``(B, Hkv, S, Dv)`` with ``S`` the total length so far.
+
+        Raises:
+            TypeError: If the inputs are not floating tensors of one dtype, or do not
+                match the dtype of what is cached.
+            ValueError: If shapes disagree with each other or with the cache.
+        """
+        key = check_tensor("key", key, min_ndim=4)
+        value = check_tensor("value", value, min_ndim=4)
+        check_same_dtype_and_device(key=key, value=value)
+        if key.ndim != 4 or value.ndim != 4 or key.shape[:-1] != value.shape[:-1]:
+            raise ValueError(
+                "key and value must be (B, Hkv, L_new, D) and (B, Hkv, L_new, Dv); "
+                f"got key {shape_str(key)}, value {shape_str(value)}"
+            )
+        if self.key is None or self.value is None:
+            self.key, self.value = key, value
+            return key, value
+        check_same_dtype_and_device(cached_key=self.key, key=key)
+        if key.shape[:2] != self.key.shape[:2] or key.shape[-1] != self.key.shape[-1]:
+            raise ValueError(
+                "new keys must match the cached (B, Hkv, S, D) in B, Hkv and D; "
+                f"got key {shape_str(key)}, cached {shape_str(self.key)}"
+            )
+        if value.shape[-1] != self.value.shape[-1]:
+            raise ValueError(
+                f"new values must match the cached value size Dv; got value "
+                f"{shape_str(value)}, cached {shape_str(self.value)}"
+            )
+        self.key = torch.cat([self.key, key], dim=-2)  # (B, Hkv, S + L_new, D)
+        self.value = torch.cat([self.value, value], dim=-2)  # (B, Hkv, S + L_new, Dv)
+        return self.key, self.value
+
+    def reset(self) -> None:
+        """Forget every cached position (start a new sequence)."""
+        self.key = None
+        self.value = None
