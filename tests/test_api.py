@@ -50,11 +50,33 @@ def test_every_public_name_is_on_a_reference_page():
     assert not missing, f"add these to a docs/reference/ page: {sorted(missing)}"
 
 
+def required_sections(func) -> list[str]:
+    """The Google sections a callable's docstring needs, judged from its signature."""
+    signature = inspect.signature(func)
+    params = [p for p in signature.parameters if p not in ("self", "cls")]
+    sections = ["Args:"] if params else []
+    if signature.return_annotation not in (None, "None", inspect.Signature.empty):
+        sections.append("Returns:")
+    return sections
+
+
 @pytest.mark.parametrize("name", attention.__all__)
 def test_every_public_name_has_a_full_google_docstring(name):
-    doc = inspect.getdoc(getattr(attention, name))
+    obj = getattr(attention, name)
+    doc = inspect.getdoc(obj)
     assert doc, f"{name} has no docstring"
-    for section in ("Args:", "Returns:", "Raises:", "Examples:"):
+    if inspect.isclass(obj):
+        needed = [*required_sections(obj.__init__), "Examples:"]
+        for method_name in vars(obj):
+            if method_name.startswith("_") or not callable(getattr(obj, method_name)):
+                continue
+            method_doc = inspect.getdoc(getattr(obj, method_name))
+            assert method_doc, f"{name}.{method_name} has no docstring"
+            for section in required_sections(getattr(obj, method_name)):
+                assert section in method_doc, f"{name}.{method_name} has no {section} section"
+    else:
+        needed = [*required_sections(obj), "Raises:", "Examples:"]
+    for section in needed:
         assert section in doc, f"{name}'s docstring has no {section} section"
     assert ">>> " in doc
 
