@@ -308,3 +308,28 @@ def test_torch_conversion_errors():
         MultiHeadAttention.from_torch(nn.Linear(2, 2))
     with pytest.raises(ValueError, match=r"add_bias_kv"):
         MultiHeadAttention.from_torch(nn.MultiheadAttention(E, H, add_bias_kv=True))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "tol"), [(torch.bfloat16, 5e-2), (torch.float16, 1e-2)], ids=["bf16", "fp16"]
+)
+def test_low_precision_is_within_pytorch_tolerances_of_float64(dtype, tol):
+    ours, _ = pair(dtype=torch.float64)
+    q, k, v = inputs()
+    reference, _ = ours(q, k, v)
+    low = MultiHeadAttention.from_torch(ours.to_torch().to(dtype))
+    out, _ = low(q.to(dtype), k.to(dtype), v.to(dtype))
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.double(), reference, atol=tol, rtol=tol)
+
+
+def test_gradcheck_through_the_module_with_padding_and_causal_mask():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(4, 2, num_kv_heads=1, dtype=torch.float64)
+    x = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
+    kpm = torch.tensor([[False, False, False], [True, False, False]])
+
+    def run(x):
+        return mha(x, x, x, key_padding_mask=kpm, is_causal=True)[0]
+
+    assert torch.autograd.gradcheck(run, (x,))
