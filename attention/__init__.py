@@ -3,6 +3,7 @@
 The public API is re-exported here; each concept lives in its own module.
 """
 
+from attention import numpy_reference as numpy_reference  # a namespace, see its docstring
 from attention.functional import attention_weights, scaled_dot_product_attention
 from attention.kv_cache import KVCache
 from attention.masks import (

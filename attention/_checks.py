@@ -15,8 +15,8 @@ from torch import Tensor
 
 
 def shape_str(t: Tensor) -> str:
-    """Format a shape as ``(2, 4, 7, 16)`` for error messages."""
-    return "(" + ", ".join(str(n) for n in t.shape) + ")"
+    """Format a shape as ``(2, 4, 7, 16)`` (or ``(3,)``) for error messages."""
+    return str(tuple(t.shape))
 
 
 def check_tensor(name: str, value: object, *, min_ndim: int = 2) -> Tensor:
@@ -85,7 +85,7 @@ def check_attn_mask(attn_mask: object, scores_shape: torch.Size, query: Tensor) 
             f"attn_mask must be on the query's device {query.device}; got {attn_mask.device}"
         )
     if not broadcasts_to(attn_mask.shape, scores_shape):
-        target = "(" + ", ".join(str(n) for n in scores_shape) + ")"
+        target = str(tuple(scores_shape))
         raise ValueError(
             f"attn_mask must broadcast to the scores shape (..., L, S) = {target}; "
             f"got {shape_str(attn_mask)}"
