@@ -19,6 +19,14 @@ from attention.multi_head import (
     MultiHeadAttention,
     SelfAttention,
 )
+from attention.viz import (
+    attention_entropy,
+    plot_activation_norms,
+    plot_attention,
+    plot_attention_entropy,
+    plot_attention_heads,
+    plot_positional_encoding,
+)
 
 __all__ = [
     "CausalSelfAttention",
@@ -26,11 +34,17 @@ __all__ = [
     "KVCache",
     "MultiHeadAttention",
     "SelfAttention",
+    "attention_entropy",
     "attention_weights",
     "causal_mask",
     "combine_masks",
     "mask_to_bias",
     "padding_mask",
+    "plot_activation_norms",
+    "plot_attention",
+    "plot_attention_entropy",
+    "plot_attention_heads",
+    "plot_positional_encoding",
     "scaled_dot_product_attention",
     "sliding_window_mask",
 ]

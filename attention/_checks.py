@@ -30,7 +30,8 @@ def check_tensor(name: str, value: object, *, min_ndim: int = 2) -> Tensor:
         )
     if value.ndim < min_ndim:
         raise ValueError(
-            f"{name} must have at least {min_ndim} dimensions; got shape {shape_str(value)}"
+            f"{name} must have at least {min_ndim} dimension{'s' if min_ndim != 1 else ''}; "
+            f"got shape {shape_str(value)}"
         )
     return value
 

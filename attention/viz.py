@@ -1,0 +1,626 @@
+r"""Pictures of attention: weight heatmaps, per-head grids, entropy and output norms.
+
+Every function here draws and returns what it drew on (an ``Axes``, or a ``Figure``
+for grids). None of them calls ``plt.show()`` or saves a file: in a notebook the
+figure appears below the cell on its own, in a script call ``plt.show()`` or
+``fig.savefig(...)`` yourself. Pass ``ax=`` (``fig=`` for a grid) to draw into a
+figure you laid out; without it a new figure is made with pyplot, so that notebooks
+display it and ``plt.close`` can free it.
+
+Inputs may be torch tensors (on any device, with or without gradients) or NumPy
+arrays; tensors are converted once, at the boundary.
+
+One number per query summarises how spread out its attention is, the entropy of
+its row of weights, in nats:
+
+$$
+H_i = -\sum_{j=1}^{S} P_{ij} \log P_{ij}, \qquad 0 \le H_i \le \log S,
+$$
+
+with $0 \log 0 = 0$. It is $0$ for a query that reads a single key and $\log S$ for
+one that spreads evenly over all $S$ keys.
+
+References:
+    Clark et al., "What Does BERT Look At? An Analysis of BERT's Attention", 2019
+    (per-head attention entropy). [arXiv:1906.04341](https://arxiv.org/abs/1906.04341)
+
+    Vaswani et al., "Attention Is All You Need", 2017 (sinusoidal positional
+    encoding). [arXiv:1706.03762](https://arxiv.org/abs/1706.03762)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, overload
+
+import numpy as np
+import torch
+from matplotlib.axes import Axes
+from matplotlib.colors import Colormap
+from matplotlib.figure import Figure
+from matplotlib.image import AxesImage
+from matplotlib.ticker import MaxNLocator
+from numpy.typing import NDArray
+from torch import Tensor
+
+from attention._checks import check_tensor
+
+__all__ = [
+    "attention_entropy",
+    "plot_activation_norms",
+    "plot_attention",
+    "plot_attention_entropy",
+    "plot_attention_heads",
+    "plot_positional_encoding",
+]
+
+# Labels up to this many characters fit under a heatmap cell upright ("the", "mats");
+# longer ones are rotated 45 degrees so that neighbours do not overlap.
+_MAX_UPRIGHT_LABEL = 4
+# Heatmap cell size in inches when the function makes the figure: room for "0.00".
+_CELL_INCHES = 0.55
+
+
+def plot_attention(
+    weights: Tensor | NDArray[Any],
+    *,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    ax: Axes | None = None,
+    annotate: bool = True,
+    fmt: str = ".2f",
+    cmap: str | Colormap = "viridis",
+    vmin: float | None = 0.0,
+    vmax: float | None = 1.0,
+    title: str | None = None,
+    colorbar: bool = True,
+) -> Axes:
+    """Heatmap of an ``(L, S)`` attention matrix: who reads from whom.
+
+    Row $i$ (y axis) is query $i$, the token doing the attending; column $j$ (x axis)
+    is key $j$, the token attended to. The colour scale is fixed to $[0, 1]$ so that
+    the colours of two plots of probabilities can be compared; pass ``vmin`` and
+    ``vmax`` (``None`` for the data's range) to plot anything else, such as scores.
+    Each cell is annotated with its value, in black on light cells and in white on
+    dark ones.
+
+    Args:
+        weights: ``(L, S)`` tensor or array, typically attention probabilities.
+        query_labels: ``L`` tick labels for the rows (tokens); positions if omitted.
+            For a square matrix, one of ``query_labels`` and ``key_labels`` labels
+            both axes.
+        key_labels: ``S`` tick labels for the columns. Labels longer than four
+            characters are rotated 45 degrees.
+        ax: Axes to draw into; a new pyplot figure is made if omitted.
+        annotate: Write each value in its cell. Switch off for large matrices.
+        fmt: Format spec for the annotations, as in ``format(value, fmt)``.
+        cmap: Matplotlib colormap or its name.
+        vmin: Value at the bottom of the colour scale; ``None`` for the minimum.
+        vmax: Value at the top of the colour scale; ``None`` for the maximum.
+        title: Axes title; none if omitted.
+        colorbar: Add a colorbar labelled "weight" next to the axes (reach it
+            afterwards as ``ax.images[0].colorbar``).
+
+    Returns:
+        The Axes drawn on. ``ax.images[0]`` holds the matrix, ``ax.texts`` the
+        ``L * S`` annotations in row-major order.
+
+    Raises:
+        TypeError: If ``weights`` is not a real tensor or array, or a label list is a
+            single string.
+        ValueError: If ``weights`` is not a non-empty 2-D matrix or a label list does
+            not have one label per row or column.
+
+    Examples:
+        >>> import torch
+        >>> from matplotlib.figure import Figure
+        >>> from attention import plot_attention
+        >>> w = torch.tensor([[1.0, 0.0, 0.0], [0.25, 0.75, 0.0]])  # (L, S) = (2, 3)
+        >>> ax = Figure().subplots()  # off-screen; leave out ax= in a notebook
+        >>> ax = plot_attention(w, query_labels=["I", "am"], key_labels=["<s>", "I", "am"], ax=ax)
+        >>> [t.get_text() for t in ax.texts]
+        ['1.00', '0.00', '0.00', '0.25', '0.75', '0.00']
+        >>> [t.get_text() for t in ax.get_xticklabels()], ax.get_xlabel()
+        (['<s>', 'I', 'am'], 'key (attended to)')
+        >>> [t.get_text() for t in ax.get_yticklabels()], ax.get_ylabel()
+        (['I', 'am'], 'query (attending)')
+    """
+    matrix = _as_array(
+        "weights",
+        weights,
+        ndim=2,
+        shape_name="(L, S)",
+        hint=" (for several heads use plot_attention_heads, or select one: weights[0])",
+    )
+    L, S = matrix.shape
+    if L == S:
+        query_labels = key_labels if query_labels is None else query_labels
+        key_labels = query_labels if key_labels is None else key_labels
+    rows = _check_labels("query_labels", query_labels, L, "query (L)")
+    columns = _check_labels("key_labels", key_labels, S, "key (S)")
+
+    if ax is None:
+        ax = _new_axes((min(2.5 + _CELL_INCHES * S, 16.0), min(1.5 + _CELL_INCHES * L, 16.0)))
+    image = ax.imshow(matrix, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
+    _set_ticks(ax, "x", columns)
+    _set_ticks(ax, "y", rows)
+    ax.set_xlabel("key (attended to)")
+    ax.set_ylabel("query (attending)")
+    if title is not None:
+        ax.set_title(title)
+    if annotate:
+        _annotate_cells(ax, image, matrix, fmt)
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, label="weight")
+    return ax
+
+
+def plot_attention_heads(
+    weights: Tensor | NDArray[Any],
+    *,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    ncols: int | None = None,
+    annotate: bool = False,
+    fmt: str = ".2f",
+    cmap: str | Colormap = "viridis",
+    vmin: float | None = 0.0,
+    vmax: float | None = 1.0,
+    fig: Figure | None = None,
+    titles: Sequence[str] | None = None,
+) -> Figure:
+    """Grid of heatmaps, one per head, on one shared colour scale with one colorbar.
+
+    Each panel is drawn by [`plot_attention`][attention.viz.plot_attention], so it
+    reads the same way: queries on the y axis, keys on the x axis. Axis titles
+    appear once per row and column of the grid; grid cells beyond the last head
+    are hidden.
+
+    Args:
+        weights: ``(H, L, S)`` tensor or array, or ``(1, H, L, S)`` (a batch of one,
+            as returned for a single sequence).
+        query_labels: ``L`` tick labels for the rows, as in ``plot_attention``.
+        key_labels: ``S`` tick labels for the columns, as in ``plot_attention``.
+        ncols: Panels per row; ``min(H, 4)`` if omitted.
+        annotate: Write each value in its cell (off by default: panels are small).
+        fmt: Format spec for the annotations.
+        cmap: Matplotlib colormap or its name.
+        vmin: Bottom of the shared colour scale; ``None`` for the minimum over heads.
+        vmax: Top of the shared colour scale; ``None`` for the maximum over heads.
+        fig: Empty figure to draw the grid into; a new pyplot figure if omitted.
+        titles: ``H`` panel titles; ``"head 0"``, ``"head 1"``, ... if omitted.
+
+    Returns:
+        The Figure. ``fig.axes`` lists the grid's panels in row-major order (the
+        hidden ones included), then the colorbar.
+
+    Raises:
+        TypeError: If ``weights`` is not a real tensor or array, ``ncols`` is not an
+            int, or a label list is a single string.
+        ValueError: If ``weights`` is not ``(H, L, S)`` or ``(1, H, L, S)``, is
+            empty, ``ncols`` is below 1, or a label list has the wrong length.
+
+    Examples:
+        >>> import torch
+        >>> from matplotlib.figure import Figure
+        >>> from attention import plot_attention_heads
+        >>> w = torch.softmax(torch.randn(3, 4, 5), dim=-1)  # (H, L, S) = (3, 4, 5)
+        >>> fig = plot_attention_heads(w, ncols=2, fig=Figure())  # 2 x 2 grid
+        >>> [ax.get_title() for ax in fig.axes if ax.get_visible() and ax.images]
+        ['head 0', 'head 1', 'head 2']
+        >>> [ax.get_visible() for ax in fig.axes[:4]]  # the fourth cell is hidden
+        [True, True, True, False]
+    """
+    array = _as_array("weights", weights)
+    if array.ndim == 4 and array.shape[0] == 1:
+        array = array[0]  # (1, H, L, S) -> (H, L, S)
+    if array.ndim != 3 or 0 in array.shape:
+        hint = ""
+        if array.ndim == 4:
+            hint = " (select one sequence of the batch, e.g. weights[0])"
+        elif array.ndim == 2:
+            hint = " (for a single (L, S) matrix use plot_attention)"
+        raise ValueError(
+            "weights must have shape (H, L, S) or (1, H, L, S), with no empty dimension; "
+            f"got {_shape_str(array.shape)}{hint}"
+        )
+    H, L, S = array.shape
+    if ncols is None:
+        ncols = min(H, 4)
+    if isinstance(ncols, bool) or not isinstance(ncols, int):
+        raise TypeError(f"ncols must be an int or None; got {type(ncols).__name__}")
+    if ncols < 1:
+        raise ValueError(f"ncols must be at least 1; got {ncols}")
+    nrows = math.ceil(H / ncols)
+    head_titles = _check_labels("titles", titles, H, "head (H)")
+    if head_titles is None:
+        head_titles = [f"head {h}" for h in range(H)]
+    if L == S:
+        query_labels = key_labels if query_labels is None else query_labels
+        key_labels = query_labels if key_labels is None else key_labels
+    # Check the labels before drawing anything, so an error leaves no half-drawn grid.
+    _check_labels("query_labels", query_labels, L, "query (L)")
+    _check_labels("key_labels", key_labels, S, "key (S)")
+    # One colour scale for every head, or the same colour would mean different weights.
+    vmin = float(np.nanmin(array)) if vmin is None else vmin
+    vmax = float(np.nanmax(array)) if vmax is None else vmax
+
+    if fig is None:
+        cell = _CELL_INCHES if annotate else 0.3
+        panel = (min(1.5 + cell * S, 8.0), min(1.5 + cell * L, 8.0))
+        fig = _new_figure((ncols * panel[0] + 1.0, nrows * panel[1]))
+    grid: NDArray[Any] = fig.subplots(nrows, ncols, squeeze=False)  # (nrows, ncols) of Axes
+    panels: list[Axes] = list(grid.flat)
+    for h, ax in enumerate(panels[:H]):
+        plot_attention(
+            array[h],
+            query_labels=query_labels,
+            key_labels=key_labels,
+            ax=ax,
+            annotate=annotate,
+            fmt=fmt,
+            cmap=cmap,
+            vmin=vmin,
+            vmax=vmax,
+            title=head_titles[h],
+            colorbar=False,
+        )
+        if h % ncols != 0:
+            ax.set_ylabel("")
+        if h + ncols < H:  # another panel below this one carries the x axis title
+            ax.set_xlabel("")
+    for ax in panels[H:]:
+        ax.set_visible(False)
+    fig.colorbar(panels[0].images[0], ax=panels[:H], label="weight")
+    return fig
+
+
+def plot_positional_encoding(
+    encoding: Tensor | NDArray[Any],
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+    cmap: str | Colormap = "RdBu_r",
+    vmax: float | None = 1.0,
+    colorbar: bool = True,
+) -> Axes:
+    """Heatmap of an ``(L, D)`` positional encoding: one row per position.
+
+    Position runs down the y axis, the encoding's dimension along the x axis. The
+    diverging colour scale runs from ``-vmax`` (blue) through 0 (white) to ``vmax``
+    (red); its default of 1 suits sinusoidal encodings, whose values lie in
+    $[-1, 1]$.
+
+    Args:
+        encoding: ``(L, D)`` tensor or array.
+        ax: Axes to draw into; a new pyplot figure is made if omitted.
+        title: Axes title; none if omitted.
+        cmap: Matplotlib colormap or its name; a diverging one keeps 0 neutral.
+        vmax: Half-width of the colour scale, which is symmetric about 0 so that 0
+            always sits at its centre; ``None`` for the largest absolute value.
+        colorbar: Add a colorbar labelled "value" next to the axes.
+
+    Returns:
+        The Axes drawn on; ``ax.images[0]`` holds the encoding.
+
+    Raises:
+        TypeError: If ``encoding`` is not a real tensor or array.
+        ValueError: If ``encoding`` is not a non-empty 2-D matrix.
+
+    Examples:
+        >>> import torch
+        >>> from matplotlib.figure import Figure
+        >>> from attention import plot_positional_encoding
+        >>> position = torch.arange(6.0)[:, None]  # (L, 1)
+        >>> encoding = torch.cat([position.sin(), position.cos()], dim=-1)  # (L, D) = (6, 2)
+        >>> ax = plot_positional_encoding(encoding, ax=Figure().subplots())
+        >>> ax.images[0].get_array().shape, ax.get_ylabel(), ax.get_xlabel()
+        ((6, 2), 'position', 'dimension')
+        >>> ax.images[0].get_clim()
+        (-1.0, 1.0)
+    """
+    matrix = _as_array("encoding", encoding, ndim=2, shape_name="(L, D)")
+    if vmax is None:
+        vmax = float(np.nanmax(np.abs(matrix)))
+    if ax is None:
+        ax = _new_axes((6.4, 4.8))
+    # aspect="auto": an encoding is often far wider than tall (D = 512, L = 50).
+    image = ax.imshow(
+        matrix, cmap=cmap, vmin=-vmax, vmax=vmax, aspect="auto", interpolation="nearest"
+    )
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("position")
+    ax.set_xlabel("dimension")
+    if title is not None:
+        ax.set_title(title)
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, label="value")
+    return ax
+
+
+@overload
+def attention_entropy(weights: Tensor) -> Tensor: ...
+@overload
+def attention_entropy(weights: NDArray[Any]) -> NDArray[Any]: ...
+def attention_entropy(weights: Tensor | NDArray[Any]) -> Tensor | NDArray[Any]:
+    r"""Entropy, in nats, of each query's distribution over the keys.
+
+    $$H_i = -\sum_j P_{ij} \log P_{ij}, \qquad 0 \log 0 = 0.$$
+
+    $H_i = 0$ means query $i$ puts all its weight on one key (one-hot); the maximum,
+    $\log S$, means it spreads evenly over all $S$ keys. A row of zeros, which is
+    what this package's attention gives a query whose keys are all masked, has
+    entropy 0 by the same convention, never NaN. Rows are taken as they are: they
+    are not renormalised.
+
+    Args:
+        weights: ``(..., L, S)`` (or any ``(..., S)``) tensor or array of
+            non-negative weights, each row a distribution over the last axis.
+
+    Returns:
+        Entropies of shape ``(..., L)``, of the same kind as ``weights``: a tensor
+        with its dtype and device for a tensor, an array of its dtype for an array.
+
+    Raises:
+        TypeError: If ``weights`` is not a floating-point tensor or array.
+        ValueError: If ``weights`` has no dimension or a negative entry (scores rather
+            than probabilities).
+
+    Examples:
+        >>> import math
+        >>> import torch
+        >>> from attention import attention_entropy
+        >>> w = torch.tensor([[0.25, 0.25, 0.25, 0.25], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+        >>> attention_entropy(w)  # uniform, one-hot, fully masked
+        tensor([1.3863, 0.0000, 0.0000])
+        >>> round(math.log(4), 4)
+        1.3863
+        >>> attention_entropy(w.numpy()).round(4)
+        array([1.3863, 0.    , 0.    ], dtype=float32)
+    """
+    if isinstance(weights, Tensor):
+        weights = check_tensor("weights", weights, min_ndim=1)
+        _check_non_negative(float(weights.detach().min()) if weights.numel() else 0.0)
+        # xlogy(p, p) is p * log(p) with 0 * log(0) = 0: zeros add nothing, no NaN.
+        # 0 - sum rather than -sum, so that a one-hot row gives 0.0, not -0.0.
+        entropy: Tensor = 0.0 - torch.special.xlogy(weights, weights).sum(dim=-1)
+        return entropy
+    if isinstance(weights, np.ndarray):
+        if weights.dtype.kind != "f":
+            raise TypeError(
+                "weights must have a floating-point dtype (float16, float32, float64); "
+                f"got {weights.dtype}"
+            )
+        if weights.ndim < 1:
+            raise ValueError("weights must have at least 1 dimension (..., S); got shape ()")
+        _check_non_negative(float(weights.min()) if weights.size else 0.0)
+        # log(1) = 0 stands in for log(0), so zeros add nothing and log never sees 0.
+        p_log_p = weights * np.log(np.where(weights > 0, weights, 1))
+        return np.asarray(0.0 - p_log_p.sum(axis=-1))
+    raise TypeError(
+        f"weights must be a torch.Tensor or a numpy.ndarray; got {type(weights).__name__}"
+    )
+
+
+def plot_attention_entropy(
+    weights: Tensor | NDArray[Any],
+    *,
+    query_labels: Sequence[str] | None = None,
+    ax: Axes | None = None,
+    title: str | None = None,
+) -> Axes:
+    r"""Bar chart of each query's attention entropy, against the uniform maximum.
+
+    One bar per query, its height
+    [`attention_entropy`][attention.viz.attention_entropy] in nats; a dashed line at
+    $\log S$ marks the entropy of uniform attention over the $S$ keys. A bar near
+    the line: the query reads everything a little; a bar near 0: it reads one key.
+
+    Args:
+        weights: ``(L, S)`` tensor or array of attention probabilities.
+        query_labels: ``L`` tick labels for the bars (tokens); positions if omitted.
+        ax: Axes to draw into; a new pyplot figure is made if omitted.
+        title: Axes title; none if omitted.
+
+    Returns:
+        The Axes drawn on. ``ax.patches`` holds the ``L`` bars, ``ax.lines[0]`` the
+        uniform line.
+
+    Raises:
+        TypeError: If ``weights`` is not a real tensor or array, or ``query_labels``
+            is a single string.
+        ValueError: If ``weights`` is not a non-empty 2-D matrix or has a negative
+            entry, or ``query_labels`` does not have ``L`` labels.
+
+    Examples:
+        >>> import torch
+        >>> from matplotlib.figure import Figure
+        >>> from attention import plot_attention_entropy
+        >>> w = torch.tensor([[0.5, 0.5], [1.0, 0.0], [0.9, 0.1]])  # (L, S) = (3, 2)
+        >>> ax = plot_attention_entropy(w, query_labels=["a", "b", "c"], ax=Figure().subplots())
+        >>> [round(float(bar.get_height()), 3) for bar in ax.patches]  # log 2 = 0.693
+        [0.693, 0.0, 0.325]
+        >>> ax.lines[0].get_label(), round(ax.lines[0].get_ydata()[0], 3)
+        ('uniform (log S)', 0.693)
+    """
+    matrix = _as_array("weights", weights, ndim=2, shape_name="(L, S)")
+    L, S = matrix.shape
+    labels = _check_labels("query_labels", query_labels, L, "query (L)")
+    entropy = attention_entropy(matrix)  # (L,)
+    uniform = math.log(S)
+
+    if ax is None:
+        ax = _new_axes((min(2.0 + 0.45 * L, 16.0), 3.5))
+    ax.bar(range(L), entropy, color="C0")
+    ax.axhline(uniform, color="0.3", linestyle="--", label="uniform (log S)")
+    _set_ticks(ax, "x", labels)
+    ax.set_xlabel("query (attending)")
+    ax.set_ylabel("entropy (nats)")
+    # Headroom above the line for the legend; a one-key matrix has log S = 0.
+    ax.set_ylim(0.0, 1.15 * max(uniform, float(np.nanmax(entropy))) or 1.0)
+    ax.legend(loc="upper right")
+    if title is not None:
+        ax.set_title(title)
+    return ax
+
+
+def plot_activation_norms(
+    output: Tensor | NDArray[Any],
+    *,
+    labels: Sequence[str] | None = None,
+    ax: Axes | None = None,
+    title: str | None = None,
+) -> Axes:
+    r"""Bar chart of the L2 norm of each row of an attention output.
+
+    Row $i$ of the output $P V$ is what query $i$ (token $i$, in self-attention)
+    carries to the next layer; its length $\lVert (PV)_i \rVert_2$ is a rough
+    "activation strength" to compare across tokens, or across two models.
+
+    Args:
+        output: ``(L, Dv)`` tensor or array, one output vector per query.
+        labels: ``L`` tick labels for the bars (tokens); positions if omitted.
+        ax: Axes to draw into; a new pyplot figure is made if omitted.
+        title: Axes title; none if omitted.
+
+    Returns:
+        The Axes drawn on; ``ax.patches`` holds the ``L`` bars.
+
+    Raises:
+        TypeError: If ``output`` is not a real tensor or array, or ``labels`` is a
+            single string.
+        ValueError: If ``output`` is not a non-empty 2-D matrix or ``labels`` does
+            not have ``L`` labels.
+
+    Examples:
+        >>> import torch
+        >>> from matplotlib.figure import Figure
+        >>> from attention import plot_activation_norms
+        >>> out = torch.tensor([[3.0, 4.0], [0.0, 1.0]])  # (L, Dv) = (2, 2)
+        >>> ax = plot_activation_norms(out, labels=["cat", "sat"], ax=Figure().subplots())
+        >>> [float(bar.get_height()) for bar in ax.patches]
+        [5.0, 1.0]
+        >>> [t.get_text() for t in ax.get_xticklabels()]
+        ['cat', 'sat']
+    """
+    matrix = _as_array("output", output, ndim=2, shape_name="(L, Dv)")
+    L = matrix.shape[0]
+    names = _check_labels("labels", labels, L, "query (L)")
+    norms = np.linalg.norm(matrix, axis=-1)  # (L, Dv) -> (L,)
+
+    if ax is None:
+        ax = _new_axes((min(2.0 + 0.45 * L, 16.0), 3.5))
+    ax.bar(range(L), norms, color="C0")
+    _set_ticks(ax, "x", names)
+    ax.set_xlabel("query (output row)")
+    ax.set_ylabel("L2 norm of output row")
+    if title is not None:
+        ax.set_title(title)
+    return ax
+
+
+def _as_array(
+    name: str, value: object, *, ndim: int | None = None, shape_name: str = "", hint: str = ""
+) -> NDArray[np.float64]:
+    """Convert a real tensor or array to a float64 NumPy array, checking its shape."""
+    if isinstance(value, Tensor):
+        if value.is_complex():
+            raise TypeError(f"{name} must hold real numbers; got {value.dtype}")
+        # matplotlib given a tensor warns under NumPy 2, and .numpy() refuses bfloat16
+        # and anything on a GPU: detach, move, cast, then convert.
+        array = value.detach().to("cpu", torch.float64).numpy()
+    elif isinstance(value, np.ndarray):
+        if value.dtype.kind not in "biuf":
+            raise TypeError(f"{name} must hold real numbers; got dtype {value.dtype}")
+        array = value.astype(np.float64)
+    else:
+        raise TypeError(
+            f"{name} must be a torch.Tensor or a numpy.ndarray; got {type(value).__name__}"
+        )
+    if ndim is not None and (array.ndim != ndim or 0 in array.shape):
+        hint = hint if array.ndim > ndim else ""
+        raise ValueError(
+            f"{name} must be a non-empty {ndim}-D matrix {shape_name}; "
+            f"got shape {_shape_str(array.shape)}{hint}"
+        )
+    return array
+
+
+def _shape_str(shape: tuple[int, ...]) -> str:
+    """Format a shape as ``(2, 4, 7, 16)``, as ``attention._checks.shape_str`` does."""
+    return "(" + ", ".join(str(n) for n in shape) + ")"
+
+
+def _check_labels(name: str, labels: Sequence[str] | None, n: int, what: str) -> list[str] | None:
+    """Require ``None`` or exactly ``n`` labels; return them as strings."""
+    if labels is None:
+        return None
+    if isinstance(labels, str):
+        raise TypeError(f"{name} must be a sequence of strings, one per {what}; got a single str")
+    labels = [str(label) for label in labels]
+    if len(labels) != n:
+        raise ValueError(f"{name} must have one label per {what}: expected {n}; got {len(labels)}")
+    return labels
+
+
+def _check_non_negative(minimum: float) -> None:
+    if minimum < 0:
+        raise ValueError(
+            "weights must be non-negative (probabilities, not scores); "
+            f"got a minimum of {minimum:.4g}"
+        )
+
+
+def _set_ticks(ax: Axes, axis: str, labels: list[str] | None) -> None:
+    """One tick per label, or integer positions when there are no labels."""
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    if labels is None:
+        target.set_major_locator(MaxNLocator(integer=True))
+    elif axis == "x" and max(map(len, labels)) > _MAX_UPRIGHT_LABEL:
+        # Anchored rotation puts the end of each label under its own cell.
+        ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", rotation_mode="anchor")
+    elif axis == "x":
+        ax.set_xticks(range(len(labels)), labels)
+    else:
+        ax.set_yticks(range(len(labels)), labels)
+
+
+def _annotate_cells(ax: Axes, image: AxesImage, matrix: NDArray[np.float64], fmt: str) -> None:
+    """Write each value in its cell, in whichever of black or white contrasts more."""
+    colors = image.to_rgba(matrix)  # (L, S, 4), the colours the cells are painted
+    for (i, j), value in np.ndenumerate(matrix):
+        ax.text(
+            j,
+            i,
+            format(value, fmt),
+            ha="center",
+            va="center",
+            fontsize=9,
+            color=_text_color_on(colors[i, j]),
+        )
+
+
+def _text_color_on(rgba: NDArray[np.float64]) -> str:
+    """Black or white, whichever has the higher WCAG contrast ratio with ``rgba``."""
+    if rgba[3] < 0.5:  # a NaN cell is left transparent, showing the (white) axes
+        return "black"
+    linear = np.where(rgba[:3] <= 0.04045, rgba[:3] / 12.92, ((rgba[:3] + 0.055) / 1.055) ** 2.4)
+    luminance = float(linear @ np.array([0.2126, 0.7152, 0.0722]))
+    # Contrast with black (Y + 0.05) / 0.05 beats contrast with white 1.05 / (Y + 0.05)
+    # exactly when Y exceeds sqrt(1.05 * 0.05) - 0.05, about 0.179.
+    return "black" if luminance > math.sqrt(1.05 * 0.05) - 0.05 else "white"
+
+
+def _new_axes(figsize: tuple[float, float]) -> Axes:
+    return _new_figure(figsize).add_subplot()
+
+
+def _new_figure(figsize: tuple[float, float]) -> Figure:
+    # Through pyplot, unlike a bare Figure(), so that a notebook shows the figure
+    # and plt.close() frees it. Imported here: `import attention` needs no backend.
+    import matplotlib.pyplot as plt
+
+    # Constrained layout makes room for rotated labels and the colorbar.
+    return plt.figure(figsize=figsize, layout="constrained")
