@@ -19,6 +19,13 @@ from attention.multi_head import (
     MultiHeadAttention,
     SelfAttention,
 )
+from attention.positional import (
+    LearnedPositionalEmbedding,
+    alibi_bias,
+    alibi_slopes,
+    apply_rotary,
+    sinusoidal_encoding,
+)
 from attention.viz import (
     attention_entropy,
     plot_activation_norms,
@@ -32,8 +39,12 @@ __all__ = [
     "CausalSelfAttention",
     "CrossAttention",
     "KVCache",
+    "LearnedPositionalEmbedding",
     "MultiHeadAttention",
     "SelfAttention",
+    "alibi_bias",
+    "alibi_slopes",
+    "apply_rotary",
     "attention_entropy",
     "attention_weights",
     "causal_mask",
@@ -46,6 +57,7 @@ __all__ = [
     "plot_attention_heads",
     "plot_positional_encoding",
     "scaled_dot_product_attention",
+    "sinusoidal_encoding",
     "sliding_window_mask",
 ]
 

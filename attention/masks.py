@@ -83,7 +83,7 @@ def causal_mask(
         tensor([[1, 0, 0, 0, 0],
                 [1, 1, 0, 0, 0]], dtype=torch.int32)
     """
-    distance = _query_key_distance(L, S, alignment, device)  # (L, S)
+    distance = query_key_distance(L, S, alignment, device)  # (L, S)
     return distance >= 0
 
 
@@ -136,7 +136,7 @@ def sliding_window_mask(
                 [0, 0, 1, 1]], dtype=torch.int32)
     """
     _check_size("window", window, minimum=1)
-    distance = _query_key_distance(L, S, alignment, device)  # (L, S)
+    distance = query_key_distance(L, S, alignment, device)  # (L, S)
     if causal:
         return (distance >= 0) & (distance < window)
     return distance.abs() < window
@@ -313,10 +313,14 @@ def _broadcast_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
     return tuple(result)
 
 
-def _query_key_distance(
+def query_key_distance(
     L: int, S: int | None, alignment: str, device: torch.device | str | None
 ) -> Tensor:
-    """``(L, S)`` integer distances $p_i - j$ from each query's position back to each key."""
+    """``(L, S)`` integer distances $p_i - j$ from each query's position back to each key.
+
+    Package-internal (not in ``__all__``): shared by the masks and ALiBi so that both
+    place queries the same way for each ``alignment``.
+    """
     S = L if S is None else S
     _check_size("L", L)
     _check_size("S", S)

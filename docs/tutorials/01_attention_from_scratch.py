@@ -92,7 +92,10 @@ print(f"std after dividing by sqrt(D): {scaled.std():.3f}")
 for d in (4, 64, 512):
     dots = (torch.randn(10_000, d) * torch.randn(10_000, d)).sum(dim=-1)
     scaled_dots = dots / d**0.5
-    print(f"D = {d:3d}: var(q.k) = {dots.var():6.1f}, var(q.k / sqrt(D)) = {scaled_dots.var():.2f}")
+    print(
+        f"D = {d:3d}: var(q.k) = {dots.var():6.1f},",
+        f"var(q.k / sqrt(D)) = {scaled_dots.var():.2f}",
+    )
 
 # %% [markdown]
 # ## 4. Softmax: scores become weights
@@ -173,28 +176,16 @@ torch.testing.assert_close(out, theirs)
 
 
 # %%
-def plot_weights(ax, w, title):
-    """Annotated heatmap of an (L, S) weight matrix, token labels."""
-    w = w.detach().numpy()
-    image = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0)
-    ax.set_xticks(range(len(tokens)), tokens)
-    ax.set_yticks(range(len(tokens)), tokens)
-    ax.set_xlabel("key (attended to)")
-    ax.set_ylabel("query (attending)")
-    ax.set_title(title)
-    for i in range(w.shape[0]):
-        for j in range(w.shape[1]):
-            color = "black" if w[i, j] > 0.6 else "white"
-            ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", color=color, fontsize=9)
-    return image
-
-
-fig, ax = plt.subplots(figsize=(5, 4.2))
-image = plot_weights(ax, weights, "Self-attention weights P")
-fig.colorbar(image, ax=ax, label="weight")
-fig.tight_layout()
+fig, ax = plt.subplots(figsize=(5.5, 4.5))
+ax = attention.plot_attention(
+    weights, query_labels=tokens, ax=ax, title="Self-attention weights P"
+)
 
 # %% [markdown]
+# [`attention.plot_attention`](../../reference/viz/#attention.viz.plot_attention)
+# draws the heatmap: keys along the x axis, queries down the y axis, each cell
+# annotated with its weight and the colour scale fixed to $[0, 1]$.
+#
 # ## 9. A causal mask
 #
 # A language model predicting the next token must not read tokens that come after
@@ -213,12 +204,17 @@ masked_scores = scaled.masked_fill(~mask, float("-inf"))
 masked_weights = torch.softmax(masked_scores, dim=-1)
 print("row sums:", masked_weights.sum(dim=-1))
 assert torch.all(masked_weights[~mask] == 0)
-torch.testing.assert_close(masked_weights, attention.attention_weights(Q, K, is_causal=True))
+torch.testing.assert_close(
+    masked_weights, attention.attention_weights(Q, K, is_causal=True)
+)
 
-fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
-plot_weights(axes[0], weights, "No mask")
-image = plot_weights(axes[1], masked_weights, "Causal mask")
-colorbar = fig.colorbar(image, ax=axes, label="weight")
+fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), layout="constrained")
+attention.plot_attention(
+    weights, query_labels=tokens, ax=axes[0], title="No mask"
+)
+ax = attention.plot_attention(
+    masked_weights, query_labels=tokens, ax=axes[1], title="Causal mask"
+)
 
 # %% [markdown]
 # The first token can only attend to itself, so its weight is 1; the last token

@@ -1,0 +1,519 @@
+r"""Position information: sinusoidal, learned, rotary (RoPE) and linear biases (ALiBi).
+
+Attention by itself is blind to order: permuting the keys and values permutes nothing
+in the output. Each scheme here tells the model where a token sits, in a different
+place in the computation.
+
+**Sinusoidal encoding** (added to the token embeddings). Position $p$ gets the vector
+
+$$
+\mathrm{PE}_{p,\,2i} = \sin(p\,\omega_i), \qquad
+\mathrm{PE}_{p,\,2i+1} = \cos(p\,\omega_i), \qquad
+\omega_i = \text{base}^{-2i/E},
+$$
+
+with frequencies falling geometrically from $1$ to about $1/\text{base}$. Moving
+$k$ positions rotates every pair $(\mathrm{PE}_{p,2i}, \mathrm{PE}_{p,2i+1})$ by the
+angle $k\,\omega_i$, whatever $p$ is, so a fixed linear map relates each position to
+the one $k$ steps away.
+
+**Learned embedding** (added to the token embeddings): one trained vector per
+position, as in BERT and GPT-2. It cannot represent positions beyond the table.
+
+**Rotary embedding, RoPE** (applied to queries and keys inside each head). The
+pair $(x_{2i}, x_{2i+1})$ of a query or key at position $p$ is rotated by $p\,\theta_i$
+with $\theta_i = \text{base}^{-2i/D}$. Rotations preserve dot products up to the
+difference of their angles, so
+
+$$
+\langle R_m q,\; R_n k \rangle = \langle q,\; R_{n-m}\, k \rangle
+$$
+
+and the attention score depends on the positions only through $m - n$.
+
+**ALiBi** (added to the attention scores). Head $h$ adds
+$-m_h \cdot |p_i - j|$ to the score of query $i$ for key $j$: the farther the key, the
+smaller the score, with a head-specific slope $m_h$. There are no position vectors at
+all, and models trained on short sequences extrapolate to longer ones.
+
+References:
+    Vaswani et al., "Attention Is All You Need", 2017 (sinusoidal and learned
+    encodings). [arXiv:1706.03762](https://arxiv.org/abs/1706.03762)
+    Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding", 2021.
+    [arXiv:2104.09864](https://arxiv.org/abs/2104.09864)
+    Press, Smith and Lewis, "Train Short, Test Long: Attention with Linear Biases
+    Enables Input Length Extrapolation", 2021.
+    [arXiv:2108.12409](https://arxiv.org/abs/2108.12409)
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+
+import torch
+from torch import Tensor, nn
+
+from attention._checks import broadcasts_to, check_same_dtype_and_device, check_tensor, shape_str
+from attention.masks import CausalAlignment, query_key_distance
+
+__all__ = [
+    "LearnedPositionalEmbedding",
+    "alibi_bias",
+    "alibi_slopes",
+    "apply_rotary",
+    "sinusoidal_encoding",
+]
+
+
+def sinusoidal_encoding(
+    length: int,
+    dim: int,
+    *,
+    base: float = 10000.0,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> Tensor:
+    r"""The fixed sinusoidal position encoding of "Attention Is All You Need".
+
+    $$
+    \mathrm{PE}_{p,\,2i} = \sin\!\left(\frac{p}{\text{base}^{2i/E}}\right), \qquad
+    \mathrm{PE}_{p,\,2i+1} = \cos\!\left(\frac{p}{\text{base}^{2i/E}}\right)
+    $$
+
+    for positions $p = 0, \dots, L - 1$ and $E$ = ``dim``. Column pairs
+    $(2i, 2i + 1)$ share one frequency; the wavelengths grow geometrically from
+    $2\pi$ to $2\pi \cdot \text{base}$. The result is added to token embeddings of
+    width $E$ before the first layer.
+
+    An odd ``dim`` is supported: the formula is evaluated as written, with the same
+    $E$ in the exponent, so the last column is a sine whose cosine partner would fall
+    outside the table. (It is therefore not the first ``dim`` columns of the table for
+    ``dim + 1``.)
+
+    The angles are computed in float64 and rounded once to ``dtype``, so a float32
+    table is accurate to float32 rounding even for positions in the tens of
+    thousands, where the angle $p\,\omega_i$ rounded to float32 is already off by
+    about $10^{-4}$.
+
+    Args:
+        length: Number of positions $L$.
+        dim: Encoding width $E$ (the model width).
+        base: The constant $10000$ of the paper; larger values give longer wavelengths.
+        device: Device of the result.
+        dtype: Floating dtype of the result; defaults to ``torch.get_default_dtype()``.
+
+    Returns:
+        Tensor of shape ``(L, E)`` with values in $[-1, 1]$.
+
+    Raises:
+        TypeError: If ``length`` or ``dim`` is not an int, ``base`` is not a real
+            number, or ``dtype`` is not a floating dtype.
+        ValueError: If ``length < 0``, ``dim < 1``, or ``base`` is not finite and
+            positive.
+
+    Examples:
+        >>> from attention import sinusoidal_encoding
+        >>> pe = sinusoidal_encoding(50, 8)
+        >>> pe.shape  # (L, E)
+        torch.Size([50, 8])
+        >>> pe[0]  # sin(0) = 0, cos(0) = 1
+        tensor([0., 1., 0., 1., 0., 1., 0., 1.])
+        >>> pe[1, :2]  # the first pair has frequency 1: sin(1), cos(1)
+        tensor([0.8415, 0.5403])
+
+        An odd width ends with a lone sine column, here $\sin(p / 10000^{2/3})$:
+
+        >>> sinusoidal_encoding(2, 3)
+        tensor([[0.0000, 1.0000, 0.0000],
+                [0.8415, 0.5403, 0.0022]])
+    """
+    _check_int("length", length, minimum=0)
+    _check_int("dim", dim, minimum=1)
+    base = _check_base(base)
+    dtype = _check_dtype(dtype)
+    positions = torch.arange(length, device=device, dtype=torch.float64)  # (L,)
+    frequencies = _frequencies(dim, base, device)  # (ceil(E / 2),)
+    angles = positions.unsqueeze(-1) * frequencies  # (L, ceil(E / 2))
+    # Interleave: column 2i is sin, column 2i + 1 is cos of the same angle.
+    pe = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (L, ceil(E / 2), 2)
+    pe = pe.flatten(-2)[:, :dim]  # (L, E): an odd E drops the last cos
+    return pe.to(dtype)
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    r"""A trained vector for each position, added to the input: $y_p = x_p + W_p$.
+
+    The table $W \in \mathbb{R}^{L_{\max} \times E}$ is a parameter, learned with the
+    rest of the model (BERT, GPT-2). Unlike the sinusoidal encoding it has no rule
+    for positions beyond ``max_length``: longer inputs are an error.
+
+    It is initialised like ``torch.nn.Embedding``, with independent standard normal
+    entries ($\mathcal{N}(0, 1)$). GPT-2 uses a smaller standard deviation
+    ($0.01$); call ``nn.init.normal_(module.weight, std=0.01)`` for that.
+
+    Args:
+        max_length: Number of positions $L_{\max}$ in the table.
+        embed_dim: Model width $E$.
+        device: Device of the parameter.
+        dtype: Dtype of the parameter.
+
+    Raises:
+        TypeError: If ``max_length`` or ``embed_dim`` is not an int.
+        ValueError: If ``max_length`` or ``embed_dim`` is less than 1.
+
+    Examples:
+        >>> import torch
+        >>> from attention import LearnedPositionalEmbedding
+        >>> _ = torch.manual_seed(0)
+        >>> embed = LearnedPositionalEmbedding(max_length=10, embed_dim=4)
+        >>> embed.weight.shape  # (max_length, E)
+        torch.Size([10, 4])
+        >>> x = torch.zeros(2, 3, 4)  # (B, L, E)
+        >>> y = embed(x)
+        >>> y.shape
+        torch.Size([2, 3, 4])
+        >>> torch.equal(y[1], embed.weight[:3])  # zeros plus the first 3 rows
+        True
+    """
+
+    weight: nn.Parameter
+
+    def __init__(
+        self,
+        max_length: int,
+        embed_dim: int,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.max_length = _check_int("max_length", max_length, minimum=1)
+        self.embed_dim = _check_int("embed_dim", embed_dim, minimum=1)
+        self.weight = nn.Parameter(torch.empty(max_length, embed_dim, device=device, dtype=dtype))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Initialise like ``torch.nn.Embedding``: standard normal entries."""
+        nn.init.normal_(self.weight)
+
+    def forward(self, x: Tensor, *, offset: int = 0) -> Tensor:
+        """Add the embeddings of positions ``offset, ..., offset + L - 1`` to ``x``.
+
+        Args:
+            x: ``(B, L, E)``, or any ``(..., L, E)``; the embedding broadcasts over
+                the leading dimensions.
+            offset: Position of the first row of ``x``: the number of tokens already
+                processed when decoding one step at a time with a KV cache.
+
+        Returns:
+            ``x + weight[offset : offset + L]``, of the shape of ``x``.
+
+        Raises:
+            TypeError: If ``x`` is not a floating-point tensor, its dtype differs
+                from the parameter's, or ``offset`` is not an int.
+            ValueError: If the last dimension of ``x`` is not ``embed_dim``,
+                ``offset`` is negative, or ``offset + L > max_length``.
+        """
+        x = check_tensor("x", x, min_ndim=2)
+        offset = _check_int("offset", offset, minimum=0)
+        check_same_dtype_and_device(x=x, weight=self.weight)
+        L = x.shape[-2]
+        if x.shape[-1] != self.embed_dim:
+            raise ValueError(
+                f"x must have embed_dim={self.embed_dim} features in its last dimension "
+                f"(..., L, E); got shape {shape_str(x)}"
+            )
+        if offset + L > self.max_length:
+            raise ValueError(
+                f"x must fit in the table of max_length={self.max_length} positions; "
+                f"got offset={offset} and L={L} (x {shape_str(x)}), "
+                f"which needs {offset + L}"
+            )
+        return x + self.weight[offset : offset + L]  # (..., L, E) + (L, E)
+
+    def extra_repr(self) -> str:
+        """Sizes shown by ``print(module)``.
+
+        Returns:
+            ``"max_length=..., embed_dim=..."``.
+        """
+        return f"max_length={self.max_length}, embed_dim={self.embed_dim}"
+
+
+def apply_rotary(x: Tensor, positions: Tensor | None = None, *, base: float = 10000.0) -> Tensor:
+    r"""Rotary position embedding (RoPE): rotate feature pairs by position-dependent angles.
+
+    Each consecutive pair of features of the vector at position $p$ is rotated by
+    $p\,\theta_i$, with $\theta_i = \text{base}^{-2i/D}$:
+
+    $$
+    \begin{pmatrix} y_{2i} \\ y_{2i+1} \end{pmatrix} =
+    \begin{pmatrix} \cos p\theta_i & -\sin p\theta_i \\
+                    \sin p\theta_i & \cos p\theta_i \end{pmatrix}
+    \begin{pmatrix} x_{2i} \\ x_{2i+1} \end{pmatrix},
+    \qquad i = 0, \dots, D/2 - 1.
+    $$
+
+    Apply it to the queries and the keys (not the values) of every head, after the
+    projections and before the dot product. Since $R_m^\top R_n = R_{n-m}$, the score
+    $\langle R_m q, R_n k \rangle$ depends on the positions $m$ and $n$ only through
+    $m - n$: attention sees relative positions, while each vector still carries its
+    absolute one. Vector norms are unchanged, and position $0$ is left as it is.
+
+    This is the paper's convention: pairs are adjacent features $(x_{2i}, x_{2i+1})$,
+    as in RoFormer, GPT-J and Meta's LLaMA code. GPT-NeoX and the Hugging Face LLaMA
+    port pair feature $i$ with feature $i + D/2$ instead ("rotate half"); that is the
+    same rotation after a fixed permutation of the features, which a trained model
+    absorbs into its projection weights, but the two conventions do not mix without
+    permuting the checkpoint's weights.
+
+    float16 and bfloat16 inputs are rotated in float32 and rounded once; the angles
+    are always computed in float64, so large positions lose no precision.
+
+    Args:
+        x: Queries or keys, ``(..., L, D)`` with an even head size $D$, e.g.
+            ``(B, H, L, D)``.
+        positions: Integer positions of the $L$ rows; defaults to ``0, ..., L - 1``.
+            A ``(L,)`` tensor such as ``torch.arange(t, t + L)`` places the rows after
+            ``t`` cached ones; any shape that broadcasts to ``x.shape[:-1]``, such as
+            ``(B, 1, L)``, gives each sequence of a batch its own positions.
+        base: The constant of $\theta_i$; $10000$ in the paper.
+
+    Returns:
+        Tensor of the shape and dtype of ``x``.
+
+    Raises:
+        TypeError: If ``x`` is not a floating-point tensor, ``positions`` is not an
+            integer tensor, or ``base`` is not a real number.
+        ValueError: If ``x`` has fewer than 2 dimensions or an odd $D$,
+            ``positions`` does not broadcast to ``x.shape[:-1]``, or ``base`` is not
+            finite and positive.
+
+    Examples:
+        >>> import math
+        >>> import torch
+        >>> from attention import apply_rotary
+        >>> x = torch.tensor([[1.0, 0.0], [1.0, 0.0]])  # (L, D) = (2, 2): one pair
+        >>> apply_rotary(x)  # position 0 unchanged, position 1 rotated by 1 radian
+        tensor([[1.0000, 0.0000],
+                [0.5403, 0.8415]])
+
+        Scores depend only on the distance between query and key positions:
+
+        >>> _ = torch.manual_seed(0)
+        >>> q, k = torch.randn(1, 8), torch.randn(1, 8)  # (L, D), one row each
+        >>> def score(m, n):
+        ...     qm = apply_rotary(q, torch.tensor([m]))
+        ...     kn = apply_rotary(k, torch.tensor([n]))
+        ...     return (qm @ kn.T).item()
+        >>> math.isclose(score(5, 2), score(105, 102), rel_tol=1e-5)
+        True
+    """
+    x = check_tensor("x", x, min_ndim=2)
+    base = _check_base(base)
+    L, D = x.shape[-2], x.shape[-1]
+    if D % 2 != 0:
+        raise ValueError(
+            "x must have an even last dimension D (RoPE rotates pairs of features); "
+            f"got shape {shape_str(x)}"
+        )
+    if positions is None:
+        positions = torch.arange(L, device=x.device)
+    positions = _check_positions(positions, x)
+
+    angles = positions.to(torch.float64).unsqueeze(-1) * _frequencies(D, base, x.device)
+    compute_dtype = _compute_dtype(x.dtype)
+    cos = angles.cos().to(compute_dtype)  # (..., L, D/2)
+    sin = angles.sin().to(compute_dtype)  # (..., L, D/2)
+
+    pairs = x.to(compute_dtype).reshape(*x.shape[:-1], D // 2, 2)  # (..., L, D/2, 2)
+    even, odd = pairs[..., 0], pairs[..., 1]  # (..., L, D/2) each
+    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
+    return rotated.flatten(-2).to(x.dtype)  # (..., L, D/2, 2) -> (..., L, D)
+
+
+def alibi_slopes(
+    num_heads: int,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> Tensor:
+    r"""The per-head slopes $m_h$ of ALiBi: a geometric sequence, one slope per head.
+
+    For a power of two $H$ the slopes are
+
+    $$
+    m_h = 2^{-8h/H}, \qquad h = 1, \dots, H,
+    $$
+
+    so $H = 8$ gives $\tfrac12, \tfrac14, \dots, \tfrac1{256}$. For any other $H$ the
+    paper's reference implementation takes the $H'$ slopes for $H'$ the largest power
+    of two below $H$, then fills the remaining $H - H'$ heads with every other slope
+    of the sequence for $2H'$ (its 1st, 3rd, 5th, ...), which fall between the ones
+    already taken. Models such as BLOOM and MPT use exactly this rule.
+
+    Args:
+        num_heads: Number of heads $H \ge 1$.
+        device: Device of the result.
+        dtype: Floating dtype of the result; defaults to ``torch.get_default_dtype()``.
+
+    Returns:
+        Tensor of shape ``(H,)``, slopes in $(0, 1)$.
+
+    Raises:
+        TypeError: If ``num_heads`` is not an int or ``dtype`` is not a floating dtype.
+        ValueError: If ``num_heads < 1``.
+
+    Examples:
+        >>> from attention import alibi_slopes
+        >>> alibi_slopes(8) * 256
+        tensor([128.,  64.,  32.,  16.,   8.,   4.,   2.,   1.])
+
+        Six heads: the four slopes for $H' = 4$, then the 1st and 3rd for $H' = 8$:
+
+        >>> alibi_slopes(6) * 256
+        tensor([ 64.,  16.,   4.,   1., 128.,  32.])
+    """
+    _check_int("num_heads", num_heads, minimum=1)
+    dtype = _check_dtype(dtype)
+    closest_power_of_two = 1 << (num_heads.bit_length() - 1)
+    slopes = _geometric_slopes(closest_power_of_two)
+    extra = _geometric_slopes(2 * closest_power_of_two)[0::2]
+    slopes += extra[: num_heads - closest_power_of_two]
+    return torch.tensor(slopes, dtype=torch.float64, device=device).to(dtype)
+
+
+def alibi_bias(
+    num_heads: int,
+    L: int,
+    S: int | None = None,
+    *,
+    alignment: CausalAlignment = "top_left",
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> Tensor:
+    r"""ALiBi's additive attention bias: $-m_h$ times the distance from query to key.
+
+    $$
+    \text{bias}_{h,i,j} = -m_h \, |p_i - j|
+    $$
+
+    with $m_h$ from [`alibi_slopes`][attention.positional.alibi_slopes] and $p_i$ the
+    position of query $i$. Pass the result as a float ``attn_mask`` (it is added to
+    the scaled scores $q_i \cdot k_j / \sqrt{D}$) to
+    [`scaled_dot_product_attention`][attention.functional.scaled_dot_product_attention];
+    it broadcasts over the batch.
+
+    The paper's causal models use $-m_h (p_i - j)$ for keys at or before the query
+    and never look further; this symmetric form agrees there, and the keys after the
+    query are removed by the causal mask that such a model needs anyway, e.g.
+    ``combine_masks(alibi_bias(H, L, S), causal_mask(L, S, alignment="bottom_right"))``
+    (see [`combine_masks`][attention.masks.combine_masks]). Without a causal mask it
+    is the usual bidirectional variant.
+
+    Query positions follow [`causal_mask`][attention.masks.causal_mask]:
+    ``alignment="top_left"`` (the default) puts query $i$ at position $p_i = i$;
+    ``"bottom_right"`` at $p_i = i + S - L$, the *last* $L$ of the $S$ positions, as
+    when decoding with a KV cache (pass the same alignment to both). The two agree
+    when ``L == S``.
+
+    Args:
+        num_heads: Number of heads $H$.
+        L: Number of queries.
+        S: Number of keys; defaults to ``L``.
+        alignment: ``"top_left"`` ($p_i = i$) or ``"bottom_right"``
+            ($p_i = i + S - L$).
+        device: Device of the result.
+        dtype: Floating dtype of the result (use the query's dtype, as
+            ``attn_mask`` requires); defaults to ``torch.get_default_dtype()``.
+
+    Returns:
+        Float tensor of shape ``(H, L, S)``, $0$ where query and key positions
+        coincide and negative elsewhere.
+
+    Raises:
+        TypeError: If a size is not an int or ``dtype`` is not a floating dtype.
+        ValueError: If ``num_heads < 1``, ``L`` or ``S`` is negative, or
+            ``alignment`` is unknown.
+
+    Examples:
+        >>> from attention import alibi_bias
+        >>> bias = alibi_bias(8, 3)  # (H, L, S), slopes 1/2, 1/4, ..., 1/256
+        >>> bias.shape
+        torch.Size([8, 3, 3])
+        >>> bias[0]  # slope 1/2
+        tensor([[ 0.0000, -0.5000, -1.0000],
+                [-0.5000,  0.0000, -0.5000],
+                [-1.0000, -0.5000,  0.0000]])
+
+        Two new queries at positions 3 and 4 over five keys (KV-cache decoding):
+
+        >>> alibi_bias(8, 2, 5, alignment="bottom_right")[0]
+        tensor([[-1.5000, -1.0000, -0.5000,  0.0000, -0.5000],
+                [-2.0000, -1.5000, -1.0000, -0.5000,  0.0000]])
+    """
+    distance = query_key_distance(L, S, alignment, device)  # (L, S): p_i - j
+    slopes = alibi_slopes(num_heads, device=device, dtype=torch.float64)  # (H,)
+    dtype = _check_dtype(dtype)
+    # Negate the integers, not the product, so that the diagonal is 0 and not -0.
+    minus_distance = -distance.abs()  # (L, S)
+    bias = slopes[:, None, None] * minus_distance  # (H, 1, 1) * (L, S) -> (H, L, S)
+    return bias.to(dtype)
+
+
+def _frequencies(dim: int, base: float, device: torch.device | str | None) -> Tensor:
+    r"""``(ceil(dim / 2),)`` float64 angular frequencies $\text{base}^{-2i/\text{dim}}$."""
+    exponents = torch.arange(0, dim, 2, device=device, dtype=torch.float64) / dim  # 2i / dim
+    return torch.pow(base, -exponents)
+
+
+def _geometric_slopes(n: int) -> list[float]:
+    """ALiBi's slopes for a power of two ``n``: ``2 ** (-8 h / n)`` for ``h = 1..n``."""
+    return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _check_int(name: str, n: object, minimum: int) -> int:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{name} must be an int; got {type(n).__name__}")
+    if n < minimum:
+        raise ValueError(f"{name} must be >= {minimum}; got {n}")
+    return n
+
+
+def _check_base(base: object) -> float:
+    if isinstance(base, bool) or not isinstance(base, Real):
+        raise TypeError(f"base must be a real number; got {type(base).__name__}")
+    if not (math.isfinite(float(base)) and float(base) > 0):
+        raise ValueError(f"base must be finite and > 0; got {base}")
+    return float(base)
+
+
+def _check_dtype(dtype: object) -> torch.dtype:
+    if dtype is None:
+        return torch.get_default_dtype()
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype or None; got {dtype}")
+    return dtype
+
+
+def _check_positions(positions: object, x: Tensor) -> Tensor:
+    if not isinstance(positions, Tensor):
+        raise TypeError(
+            f"positions must be an integer tensor or None; got {type(positions).__name__}"
+        )
+    if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+        raise TypeError(f"positions must have an integer dtype; got {positions.dtype}")
+    if positions.device != x.device:
+        raise ValueError(f"positions must be on x's device {x.device}; got {positions.device}")
+    target = tuple(x.shape[:-1])
+    if positions.ndim == 0 or not broadcasts_to(tuple(positions.shape), target):
+        raise ValueError(
+            f"positions must broadcast to x's leading dimensions (..., L) = {target}; "
+            f"got shape {shape_str(positions)} for x {shape_str(x)}"
+        )
+    return positions
