@@ -14,8 +14,8 @@ and differ on purpose in one place: a query whose keys are all masked gets an ou
 of zeros, with no NaN in the output or in any gradient.
 
 References:
-    Vaswani et al., "Attention Is All You Need", 2017.
-    [arXiv:1706.03762](https://arxiv.org/abs/1706.03762)
+    - Vaswani et al., "Attention Is All You Need", 2017.
+      [arXiv:1706.03762](https://arxiv.org/abs/1706.03762)
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ class KVCache:
 
         Returns:
             ``(key, value)`` of every cached position: ``(B, Hkv, S, D)`` and
-            ``(B, Hkv, S, Dv)`` with ``S`` the total length so far.
+                ``(B, Hkv, S, Dv)`` with ``S`` the total length so far.
 
         Raises:
             TypeError: If the inputs are not floating tensors of one dtype, or do not

@@ -14,8 +14,8 @@ float mask is *added* to the scores: $0$ keeps a pair, $-\infty$ removes it.
     ``key_padding_mask = ~padding_mask(lengths)``.
 
 References:
-    Beltagy, Peters and Cohan, "Longformer: The Long-Document Transformer", 2020
-    (sliding-window attention). [arXiv:2004.05150](https://arxiv.org/abs/2004.05150)
+    - Beltagy, Peters and Cohan, "Longformer: The Long-Document Transformer", 2020
+      (sliding-window attention). [arXiv:2004.05150](https://arxiv.org/abs/2004.05150)
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def combine_masks(*masks: Tensor | None) -> Tensor:
 
     Returns:
         The combined mask, of the broadcast shape: bool if every mask is bool, else
-        float.
+            float.
 
     Raises:
         TypeError: If an entry is not a tensor, or float masks have different dtypes.

@@ -3,8 +3,10 @@ r"""Multi-head attention, and self-, cross- and causal self-attention built on i
 $$
 \operatorname{MultiHead}(X_q, X_k, X_v) = \operatorname{Concat}(\text{head}_1, \dots,
 \text{head}_H)\, W^O,
-\qquad
-\text{head}_h = \operatorname{Attention}(X_q W_h^Q,\; X_k W_h^K,\; X_v W_h^V)
+$$
+
+$$
+\text{head}_h = \operatorname{Attention}(X_q W_h^Q,\; X_k W_h^K,\; X_v W_h^V).
 $$
 
 Each head projects the inputs to a $D = E / H$ dimensional subspace of its own and
@@ -20,12 +22,12 @@ attend) except ``key_padding_mask``, which keeps PyTorch's meaning (True marks a
 padding key) so that code written for ``torch.nn.MultiheadAttention`` ports unchanged.
 
 References:
-    Vaswani et al., "Attention Is All You Need", 2017.
-    [arXiv:1706.03762](https://arxiv.org/abs/1706.03762)
-    Shazeer, "Fast Transformer Decoding: One Write-Head is All You Need", 2019.
-    [arXiv:1911.02150](https://arxiv.org/abs/1911.02150)
-    Ainslie et al., "GQA: Training Generalized Multi-Query Transformer Models from
-    Multi-Head Checkpoints", 2023. [arXiv:2305.13245](https://arxiv.org/abs/2305.13245)
+    - Vaswani et al., "Attention Is All You Need", 2017.
+      [arXiv:1706.03762](https://arxiv.org/abs/1706.03762)
+    - Shazeer, "Fast Transformer Decoding: One Write-Head is All You Need", 2019.
+      [arXiv:1911.02150](https://arxiv.org/abs/1911.02150)
+    - Ainslie et al., "GQA: Training Generalized Multi-Query Transformer Models from
+      Multi-Head Checkpoints", 2023. [arXiv:2305.13245](https://arxiv.org/abs/2305.13245)
 """
 
 from __future__ import annotations
@@ -212,8 +214,8 @@ class MultiHeadAttention(nn.Module):
 
         Returns:
             ``(output, weights)``. ``output`` is ``(B, L, E)``. ``weights`` is ``None``
-            unless ``need_weights``; then ``(B, L, S)`` averaged over heads or
-            ``(B, H, L, S)`` per head, after dropout (as PyTorch returns them).
+                unless ``need_weights``; then ``(B, L, S)`` averaged over heads or
+                ``(B, H, L, S)`` per head, after dropout (as PyTorch returns them).
 
         Raises:
             TypeError: If inputs are not floating tensors of the parameters' dtype or a
@@ -263,7 +265,7 @@ class MultiHeadAttention(nn.Module):
 
         Returns:
             A ``MultiHeadAttention`` that computes what ``module`` computes, in the
-            same training/eval mode, on the same device and dtype.
+                same training/eval mode, on the same device and dtype.
 
         Raises:
             TypeError: If ``module`` is not a ``torch.nn.MultiheadAttention``.

@@ -40,12 +40,11 @@ import the module rather than its functions when you use both:
 array([0.25, 0.25, 0.25, 0.25])
 
 References:
-    Vaswani et al., "Attention Is All You Need", 2017.
-    [arXiv:1706.03762](https://arxiv.org/abs/1706.03762)
-
-    Dao et al., "FlashAttention: Fast and Memory-Efficient Exact Attention with
-    IO-Awareness", 2022 (the backward pass, appendix B).
-    [arXiv:2205.14135](https://arxiv.org/abs/2205.14135)
+    - Vaswani et al., "Attention Is All You Need", 2017.
+      [arXiv:1706.03762](https://arxiv.org/abs/1706.03762)
+    - Dao et al., "FlashAttention: Fast and Memory-Efficient Exact Attention with
+      IO-Awareness", 2022 (the backward pass, appendix B).
+      [arXiv:2205.14135](https://arxiv.org/abs/2205.14135)
 """
 
 from __future__ import annotations
@@ -85,7 +84,7 @@ def softmax(x: FloatArray, axis: int = -1) -> FloatArray:
 
     Returns:
         Array of the shape and dtype of ``x``, non-negative, summing to 1 along
-        ``axis`` (to 0 where the slice is entirely $-\infty$).
+            ``axis`` (to 0 where the slice is entirely $-\infty$).
 
     Raises:
         TypeError: If ``x`` is not a floating-point NumPy array or ``axis`` is not an int.
@@ -209,7 +208,7 @@ def scaled_dot_product_attention(
 
     Returns:
         ``(output, weights)``: ``output`` of shape ``(..., L, Dv)`` and ``weights``
-        $P$ of shape ``(..., L, S)``, rows summing to 1 (0 when fully masked).
+            $P$ of shape ``(..., L, S)``, rows summing to 1 (0 when fully masked).
 
     Raises:
         TypeError: If an input is not a floating-point NumPy array, the dtypes differ,
@@ -323,7 +322,7 @@ def scaled_dot_product_attention_backward(
 
     Returns:
         ``(grad_query, grad_key, grad_value)`` of the shapes of ``query``, ``key`` and
-        ``value``.
+            ``value``.
 
     Raises:
         TypeError: If an input is not a floating-point NumPy array, the dtypes differ,
@@ -436,8 +435,8 @@ def multi_head_attention(
 
     Returns:
         ``(output, weights)``: ``output`` of shape ``(..., L, E)`` and the per-head
-        attention weights of shape ``(..., H, L, S)`` (PyTorch's module averages them
-        over the heads unless ``average_attn_weights=False``).
+            attention weights of shape ``(..., H, L, S)`` (PyTorch's module averages them
+            over the heads unless ``average_attn_weights=False``).
 
     Raises:
         TypeError: If an input is not a floating-point NumPy array, the dtypes differ,

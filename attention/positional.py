@@ -37,13 +37,13 @@ smaller the score, with a head-specific slope $m_h$. There are no position vecto
 all, and models trained on short sequences extrapolate to longer ones.
 
 References:
-    Vaswani et al., "Attention Is All You Need", 2017 (sinusoidal and learned
-    encodings). [arXiv:1706.03762](https://arxiv.org/abs/1706.03762)
-    Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding", 2021.
-    [arXiv:2104.09864](https://arxiv.org/abs/2104.09864)
-    Press, Smith and Lewis, "Train Short, Test Long: Attention with Linear Biases
-    Enables Input Length Extrapolation", 2021.
-    [arXiv:2108.12409](https://arxiv.org/abs/2108.12409)
+    - Vaswani et al., "Attention Is All You Need", 2017 (sinusoidal and learned
+      encodings). [arXiv:1706.03762](https://arxiv.org/abs/1706.03762)
+    - Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding", 2021.
+      [arXiv:2104.09864](https://arxiv.org/abs/2104.09864)
+    - Press, Smith and Lewis, "Train Short, Test Long: Attention with Linear Biases
+      Enables Input Length Extrapolation", 2021.
+      [arXiv:2108.12409](https://arxiv.org/abs/2108.12409)
 """
 
 from __future__ import annotations
@@ -430,7 +430,7 @@ def alibi_bias(
 
     Returns:
         Float tensor of shape ``(H, L, S)``, $0$ where query and key positions
-        coincide and negative elsewhere.
+            coincide and negative elsewhere.
 
     Raises:
         TypeError: If a size is not an int or ``dtype`` is not a floating dtype.

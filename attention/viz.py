@@ -21,11 +21,10 @@ with $0 \log 0 = 0$. It is $0$ for a query that reads a single key and $\log S$ 
 one that spreads evenly over all $S$ keys.
 
 References:
-    Clark et al., "What Does BERT Look At? An Analysis of BERT's Attention", 2019
-    (per-head attention entropy). [arXiv:1906.04341](https://arxiv.org/abs/1906.04341)
-
-    Vaswani et al., "Attention Is All You Need", 2017 (sinusoidal positional
-    encoding). [arXiv:1706.03762](https://arxiv.org/abs/1706.03762)
+    - Clark et al., "What Does BERT Look At? An Analysis of BERT's Attention", 2019
+      (per-head attention entropy). [arXiv:1906.04341](https://arxiv.org/abs/1906.04341)
+    - Vaswani et al., "Attention Is All You Need", 2017 (sinusoidal positional
+      encoding). [arXiv:1706.03762](https://arxiv.org/abs/1706.03762)
 """
 
 from __future__ import annotations
@@ -104,7 +103,7 @@ def plot_attention(
 
     Returns:
         The Axes drawn on. ``ax.images[0]`` holds the matrix, ``ax.texts`` the
-        ``L * S`` annotations in row-major order.
+            ``L * S`` annotations in row-major order.
 
     Raises:
         TypeError: If ``weights`` is not a real tensor or array, or a label list is a
@@ -193,7 +192,7 @@ def plot_attention_heads(
 
     Returns:
         The Figure. ``fig.axes`` lists the grid's panels in row-major order (the
-        hidden ones included), then the colorbar.
+            hidden ones included), then the colorbar.
 
     Raises:
         TypeError: If ``weights`` is not a real tensor or array, ``ncols`` is not an
@@ -361,7 +360,7 @@ def attention_entropy(weights: Tensor | NDArray[Any]) -> Tensor | NDArray[Any]:
 
     Returns:
         Entropies of shape ``(..., L)``, of the same kind as ``weights``: a tensor
-        with its dtype and device for a tensor, an array of its dtype for an array.
+            with its dtype and device for a tensor, an array of its dtype for an array.
 
     Raises:
         TypeError: If ``weights`` is not a floating-point tensor or array.
@@ -426,7 +425,7 @@ def plot_attention_entropy(
 
     Returns:
         The Axes drawn on. ``ax.patches`` holds the ``L`` bars, ``ax.lines[0]`` the
-        uniform line.
+            uniform line.
 
     Raises:
         TypeError: If ``weights`` is not a real tensor or array, or ``query_labels``

@@ -103,3 +103,26 @@ def test_every_public_module_has_a_docstring(module):
 def test_version_matches_the_distribution_metadata():
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert f'version = "{attention.__version__}"' in pyproject
+
+
+def test_docstrings_parse_as_mkdocstrings_renders_them(caplog):
+    """Each Returns section is one item (a continuation line at the item's indent would
+    become a second, bogus row in the API table) and the parser has no complaints."""
+    griffe = pytest.importorskip("griffe")
+    package = griffe.load("attention", search_paths=[str(ROOT)], docstring_parser="google")
+    problems = []
+
+    def visit(obj):
+        if obj.docstring is not None:
+            with caplog.at_level("WARNING"):
+                sections = obj.docstring.parse("google")
+            for section in sections:
+                if section.kind.value == "returns" and len(section.value) != 1:
+                    problems.append(f"{obj.path}: Returns has {len(section.value)} items")
+        for member in obj.members.values():
+            if not member.is_alias and not member.name.startswith("_"):
+                visit(member)
+
+    visit(package)
+    problems += [f"parser: {record.getMessage()}" for record in caplog.records]
+    assert not problems, "\n".join(problems)
