@@ -53,6 +53,9 @@ def extract_snippets(path: Path) -> list[Snippet]:
             i += 1
             continue
         indent, fence, lang = match["indent"], match["fence"], match["lang"].lower()
+        if fence[0] == "`" and "`" in lines[i][match.end("fence") :]:
+            i += 1  # CommonMark: not a fence but inline code that starts the line
+            continue
         closing = re.compile(rf"^{re.escape(indent)}{fence[0]}{{{len(fence)},}}\s*$")
         end = i + 1
         while end < len(lines) and not closing.match(lines[end]):
@@ -113,12 +116,10 @@ def test_the_docs_have_snippets_to_check():
         "check-against-pytorch.md",
         "README.md",
     } <= by_file
-    tabbed = [
-        s
-        for s in SNIPPETS
-        if s.path.name == "scaled-dot-product-attention.md" and s.lang == "pycon"
-    ]
-    assert len(tabbed) >= 3, "the indented blocks inside content tabs were not found"
+    # The NumPy and PyTorch tabs of the worked example hold indented blocks.
+    page = [s for s in SNIPPETS if s.path.name == "scaled-dot-product-attention.md"]
+    assert any("import numpy as np" in s.code for s in page), "tabbed blocks were missed"
+    assert len(page) >= 5
 
 
 def test_extractor_handles_indented_fences_and_skips_other_languages(tmp_path):
@@ -127,6 +128,7 @@ def test_extractor_handles_indented_fences_and_skips_other_languages(tmp_path):
         "```bash\nmake test\n```\n\n"
         '=== "Tab"\n\n    ```python\n    x = 1\n    if x:\n        y = 2\n    ```\n\n'
         "````pycon\n>>> 1 + 1\n2\n````\n"
+        "```` ```python ``` ```` is inline code, not a fence\n"
     )
     found = extract_snippets(page)
     assert [(s.lang, s.line) for s in found] == [("python", 8), ("pycon", 14)]
