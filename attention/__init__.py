@@ -4,14 +4,22 @@ The public API is re-exported here; each concept lives in its own module.
 """
 
 from attention import numpy_reference as numpy_reference  # a namespace, see its docstring
+from attention.efficient import (
+    block_sparse_attention,
+    flash_attention,
+    linear_attention,
+    sliding_window_attention,
+)
 from attention.functional import attention_weights, scaled_dot_product_attention
 from attention.kv_cache import KVCache
 from attention.masks import (
+    block_sparse_mask,
     causal_mask,
     combine_masks,
     mask_to_bias,
     padding_mask,
     sliding_window_mask,
+    strided_layout,
 )
 from attention.multi_head import (
     CausalSelfAttention,
@@ -47,8 +55,12 @@ __all__ = [
     "apply_rotary",
     "attention_entropy",
     "attention_weights",
+    "block_sparse_attention",
+    "block_sparse_mask",
     "causal_mask",
     "combine_masks",
+    "flash_attention",
+    "linear_attention",
     "mask_to_bias",
     "padding_mask",
     "plot_activation_norms",
@@ -58,7 +70,9 @@ __all__ = [
     "plot_positional_encoding",
     "scaled_dot_product_attention",
     "sinusoidal_encoding",
+    "sliding_window_attention",
     "sliding_window_mask",
+    "strided_layout",
 ]
 
 __version__ = "0.1.0"

@@ -16,6 +16,9 @@ float mask is *added* to the scores: $0$ keeps a pair, $-\infty$ removes it.
 References:
     - Beltagy, Peters and Cohan, "Longformer: The Long-Document Transformer", 2020
       (sliding-window attention). [arXiv:2004.05150](https://arxiv.org/abs/2004.05150)
+    - Child, Gray, Radford and Sutskever, "Generating Long Sequences with Sparse
+      Transformers", 2019 (strided block-sparse attention).
+      [arXiv:1904.10509](https://arxiv.org/abs/1904.10509)
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "block_sparse_mask",
     "causal_mask",
     "combine_masks",
     "mask_to_bias",
     "padding_mask",
     "sliding_window_mask",
+    "strided_layout",
 ]
 
 CausalAlignment = Literal["top_left", "bottom_right"]
@@ -140,6 +145,117 @@ def sliding_window_mask(
     if causal:
         return (distance >= 0) & (distance < window)
     return distance.abs() < window
+
+
+def block_sparse_mask(
+    layout: Tensor,
+    block_size: int,
+    L: int | None = None,
+    S: int | None = None,
+) -> Tensor:
+    r"""Expand a block layout into a mask: every pair in a True block may attend.
+
+    Queries and keys are cut into blocks of ``block_size`` positions (the last block of
+    each may be shorter); query $i$ may attend to key $j$ when
+    ``layout[i // block_size, j // block_size]`` is True. This is the dense equivalent
+    of [`block_sparse_attention`][attention.efficient.block_sparse_attention], which
+    computes only the True blocks.
+
+    Args:
+        layout: Bool ``(ceil(L / block_size), ceil(S / block_size))``, True where a block
+            of queries may attend to a block of keys.
+        block_size: Positions per block, $\ge 1$.
+        L: Number of queries; defaults to ``layout.shape[0] * block_size``.
+        S: Number of keys; defaults to ``layout.shape[1] * block_size``.
+
+    Returns:
+        Bool tensor of shape ``(L, S)`` on ``layout``'s device.
+
+    Raises:
+        TypeError: If ``layout`` is not a bool tensor or a size is not an int.
+        ValueError: If ``layout`` is not 2-D, ``block_size < 1``, or ``layout``'s shape
+            does not match ``(ceil(L / block_size), ceil(S / block_size))``.
+
+    Examples:
+        >>> import torch
+        >>> from attention import block_sparse_mask
+        >>> layout = torch.tensor([[True, False], [True, True]])
+        >>> block_sparse_mask(layout, 2, L=3, S=4).int()
+        tensor([[1, 1, 0, 0],
+                [1, 1, 0, 0],
+                [1, 1, 1, 1]], dtype=torch.int32)
+    """
+    L, S = check_layout(layout, block_size, L, S)
+    rows = layout.repeat_interleave(block_size, dim=0)[:L]  # (L, S_blocks)
+    return rows.repeat_interleave(block_size, dim=1)[:, :S]  # (L, S)
+
+
+def strided_layout(
+    num_blocks: int, *, stride: int, device: torch.device | str | None = None
+) -> Tensor:
+    r"""The *strided* causal block layout of the Sparse Transformer (Child et al., 2019).
+
+    Block $i$ may attend to block $j \le i$ when it is one of the ``stride`` most
+    recent blocks ($i - j <$ ``stride``, the "row" head) or a multiple of ``stride``
+    blocks back ($(i - j) \bmod$ ``stride`` $= 0$, the "column" head). With
+    ``stride`` $\approx \sqrt{n}$ each block sees $O(\sqrt{n})$ others, yet any block
+    reaches any earlier one in two steps. The paper applies the pattern to positions;
+    kernels apply it to blocks, as here. Use it with ``is_causal=True`` in
+    [`block_sparse_attention`][attention.efficient.block_sparse_attention] so that
+    the diagonal blocks are causal too.
+
+    Args:
+        num_blocks: Number of blocks $n$ along the sequence.
+        stride: Period $\ge 1$, in blocks.
+        device: Device of the returned tensor.
+
+    Returns:
+        Bool tensor of shape ``(num_blocks, num_blocks)``, lower triangular.
+
+    Raises:
+        TypeError: If ``num_blocks`` or ``stride`` is not an int.
+        ValueError: If ``num_blocks < 0`` or ``stride < 1``.
+
+    Examples:
+        >>> from attention import strided_layout
+        >>> strided_layout(6, stride=2).int()
+        tensor([[1, 0, 0, 0, 0, 0],
+                [1, 1, 0, 0, 0, 0],
+                [1, 1, 1, 0, 0, 0],
+                [0, 1, 1, 1, 0, 0],
+                [1, 0, 1, 1, 1, 0],
+                [0, 1, 0, 1, 1, 1]], dtype=torch.int32)
+    """
+    _check_size("num_blocks", num_blocks)
+    _check_size("stride", stride, minimum=1)
+    distance = query_key_distance(num_blocks, num_blocks, "top_left", device)  # (n, n)
+    return (distance >= 0) & ((distance < stride) | (distance % stride == 0))
+
+
+def check_layout(
+    layout: object, block_size: object, L: int | None, S: int | None
+) -> tuple[int, int]:
+    """Validate a block layout against ``L`` and ``S``; return them with defaults filled.
+
+    Package-internal (not in ``__all__``): shared with ``block_sparse_attention``.
+    """
+    if not isinstance(layout, Tensor) or layout.dtype != torch.bool:
+        got = layout.dtype if isinstance(layout, Tensor) else type(layout).__name__
+        raise TypeError(f"layout must be a bool tensor; got {got}")
+    if layout.ndim != 2:
+        raise ValueError(
+            f"layout must be 2-D (query blocks, key blocks); got shape {tuple(layout.shape)}"
+        )
+    size = _check_size("block_size", block_size, minimum=1)
+    L = layout.shape[0] * size if L is None else _check_size("L", L)
+    S = layout.shape[1] * size if S is None else _check_size("S", S)
+    expected = (-(-L // size), -(-S // size))  # ceiling division
+    if tuple(layout.shape) != expected:
+        raise ValueError(
+            "layout must have shape (ceil(L / block_size), ceil(S / block_size)) = "
+            f"{expected} for L={L}, S={S}, block_size={size}; got {tuple(layout.shape)}"
+        )
+    return L, S
 
 
 def padding_mask(

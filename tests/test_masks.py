@@ -6,12 +6,14 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 from attention import (
+    block_sparse_mask,
     causal_mask,
     combine_masks,
     mask_to_bias,
     padding_mask,
     scaled_dot_product_attention,
     sliding_window_mask,
+    strided_layout,
 )
 
 
@@ -245,3 +247,80 @@ def test_sliding_window_errors():
         sliding_window_mask(3, window=0)
     with pytest.raises(TypeError, match=r"window must be an int; got float"):
         sliding_window_mask(3, window=2.0)
+
+
+# --- block-sparse layouts ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("L", "S", "block_size"), [(6, 6, 2), (7, 5, 3), (5, 9, 4), (3, 3, 5)])
+def test_block_sparse_mask_matches_its_definition(L, S, block_size):
+    shape = (-(-L // block_size), -(-S // block_size))
+    layout = torch.rand(shape, generator=torch.Generator().manual_seed(L * S)) > 0.5
+    mask = block_sparse_mask(layout, block_size, L, S)
+    expected = torch.zeros(L, S, dtype=torch.bool)
+    for i in range(L):
+        for j in range(S):
+            expected[i, j] = layout[i // block_size, j // block_size]
+    assert torch.equal(mask, expected)
+
+
+def test_block_sparse_mask_defaults_to_whole_blocks():
+    layout = torch.tensor([[True, False, True], [False, True, False]])
+    mask = block_sparse_mask(layout, 2)
+    assert mask.shape == (4, 6)
+    assert torch.equal(mask[::2, ::2], layout)
+
+
+@pytest.mark.parametrize("n", [1, 5, 12])
+@pytest.mark.parametrize("stride", [1, 2, 3, 4])
+def test_strided_layout_matches_child_et_al(n, stride):
+    layout = strided_layout(n, stride=stride)
+    for i in range(n):
+        for j in range(n):
+            row, column = 0 <= i - j < stride, j <= i and (i - j) % stride == 0
+            assert layout[i, j] == (row or column)
+
+
+def test_strided_layout_with_stride_one_is_causal():
+    assert torch.equal(strided_layout(6, stride=1), causal_mask(6))
+
+
+def test_strided_layout_keeps_a_few_blocks_per_row():
+    # stride ~ sqrt(n): each block row keeps about 2 sqrt(n) blocks, not n
+    layout = strided_layout(64, stride=8)
+    assert layout.sum(-1).max() <= 2 * 8
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "message"),
+    [
+        ((torch.ones(2, 2), 2), {}, TypeError, r"layout must be a bool tensor; got torch.float32"),
+        (([[True]], 2), {}, TypeError, r"layout must be a bool tensor; got list"),
+        (
+            (torch.ones(2, dtype=torch.bool), 2),
+            {},
+            ValueError,
+            r"layout must be 2-D \(query blocks, key blocks\); got shape \(2,\)",
+        ),
+        ((torch.ones(2, 2, dtype=torch.bool), 0), {}, ValueError, r"block_size must be >= 1"),
+        ((torch.ones(2, 2, dtype=torch.bool), 1.5), {}, TypeError, r"block_size must be an int"),
+        (
+            (torch.ones(2, 3, dtype=torch.bool), 4),
+            {"L": 9, "S": 12},
+            ValueError,
+            r"layout must have shape \(ceil\(L / block_size\), ceil\(S / block_size\)\) = "
+            r"\(3, 3\) for L=9, S=12, block_size=4; got \(2, 3\)",
+        ),
+        ((torch.ones(2, 2, dtype=torch.bool), 2), {"L": -1}, ValueError, r"L must be >= 0"),
+    ],
+)
+def test_block_sparse_mask_errors(args, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        block_sparse_mask(*args, **kwargs)
+
+
+def test_strided_layout_errors():
+    with pytest.raises(ValueError, match=r"stride must be >= 1; got 0"):
+        strided_layout(4, stride=0)
+    with pytest.raises(TypeError, match=r"num_blocks must be an int; got float"):
+        strided_layout(4.0, stride=2)

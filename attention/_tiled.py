@@ -1,0 +1,312 @@
+r"""The tiled, online-softmax attention loop behind `attention.efficient`.
+
+One loop serves three public functions. FlashAttention visits every key block (or, when
+causal, every block on or below the diagonal), sliding-window attention only the blocks
+near the diagonal, block-sparse attention the blocks a layout marks. They differ only
+in their `Schedule`: which key blocks each query block
+visits, and which pairs inside a visited block are masked. Skipping a block is where
+the saving comes from; the arithmetic inside a block is the same for all three.
+
+Forward (FlashAttention-2 loop order: query blocks outer, key blocks inner). For one
+query block, keep a running row maximum $m$, a running sum $\ell$ of
+$e^{s - m}$ and an unnormalised output $\tilde o$. For each key block with scores
+$s = Q_i K_j^\top \cdot \text{scale} + M_{ij}$:
+
+$$
+m' = \max(m, \max_j s), \quad
+\ell \leftarrow e^{m - m'} \ell + \textstyle\sum_j e^{s - m'}, \quad
+\tilde o \leftarrow e^{m - m'} \tilde o + e^{s - m'} V_j, \quad m \leftarrow m'.
+$$
+
+At the end $O_i = \tilde o / \ell$ and the log-sum-exp $\operatorname{lse} = m + \log \ell$
+is kept: one number per query.
+
+Backward. With $P = e^{S - \operatorname{lse}}$ recomputed block by block (never stored
+whole) and $\Delta = \operatorname{rowsum}(dO \circ O)$:
+
+$$
+dV_j \mathrel{+}= P^\top dO_i, \quad dP = dO_i V_j^\top, \quad
+dS = P \circ (dP - \Delta_i), \quad
+dQ_i \mathrel{+}= dS\,K_j \cdot \text{scale}, \quad
+dK_j \mathrel{+}= dS^\top Q_i \cdot \text{scale}.
+$$
+
+A query with no key to attend to has $\ell = 0$: its output is $0$ and its
+log-sum-exp is stored as $+\infty$, so the recomputed $P$ row is $e^{-\infty} = 0$ and
+every gradient it touches stays finite.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from attention.functional import _compute_dtype, _repeat_kv_heads
+
+
+@dataclass(frozen=True)
+class Band:
+    r"""Pairs whose distance $d = (i + \text{offset}) - j$ lies in ``[low, high]``.
+
+    ``None`` leaves a side open. Causal attention is ``Band(0, None)``; a causal window
+    of $w$ keys is ``Band(0, w - 1)``; a two-sided one ``Band(-(w - 1), w - 1)``.
+    ``offset`` is $S - L$ for bottom-right alignment, else 0.
+    """
+
+    low: int | None
+    high: int | None
+    offset: int = 0
+
+    def key_range(self, i0: int, i1: int, S: int) -> tuple[int, int]:
+        """The keys ``[lo, hi)`` that any of the queries ``i0 .. i1 - 1`` may see."""
+        lo = 0 if self.high is None else max(0, i0 + self.offset - self.high)
+        hi = S if self.low is None else min(S, i1 - 1 + self.offset - self.low + 1)
+        return lo, hi
+
+    def block_mask(self, i0: int, i1: int, j0: int, j1: int, device: torch.device) -> Tensor | None:
+        """Bool ``(i1 - i0, j1 - j0)``, True inside the band; ``None`` if all of it is."""
+        nearest = i0 + self.offset - (j1 - 1)  # smallest distance in the block
+        farthest = i1 - 1 + self.offset - j0  # largest
+        if (self.low is None or nearest >= self.low) and (
+            self.high is None or farthest <= self.high
+        ):
+            return None  # no pair to mask: skip the work
+        rows = torch.arange(i0, i1, device=device).unsqueeze(-1) + self.offset  # (bq, 1)
+        distance = rows - torch.arange(j0, j1, device=device)  # (bq, bk)
+        inside = torch.ones_like(distance, dtype=torch.bool)
+        if self.low is not None:
+            inside &= distance >= self.low
+        if self.high is not None:
+            inside &= distance <= self.high
+        return inside
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Which key blocks each query block visits, and the mask inside a visited block.
+
+    ``key_blocks[n]`` lists the ``(j0, j1)`` key ranges that query block ``n`` (queries
+    ``n * block_q`` to ``(n + 1) * block_q - 1``) visits; every other key is skipped.
+    ``band`` masks pairs inside the visited blocks.
+    """
+
+    L: int
+    S: int
+    block_q: int
+    key_blocks: tuple[tuple[tuple[int, int], ...], ...]
+    band: Band | None = None
+
+    def query_blocks(self) -> list[tuple[int, int]]:
+        """The ``(i0, i1)`` ranges of the query blocks."""
+        return [(i0, min(i0 + self.block_q, self.L)) for i0 in range(0, self.L, self.block_q)]
+
+
+def make_schedule(
+    L: int,
+    S: int,
+    block_q: int,
+    block_k: int,
+    *,
+    band: Band | None = None,
+    layout: Tensor | None = None,
+) -> Schedule:
+    """Visit, for each query block, the key blocks that hold a pair the pattern keeps.
+
+    Key blocks lie on the grid ``0, block_k, 2 * block_k, ...`` (the grid a block
+    ``layout`` of shape ``(ceil(L / block_q), ceil(S / block_k))`` refers to) and are
+    clipped to the band's key range, so no visited key lies wholly outside the band.
+    """
+    allowed = None if layout is None else layout.tolist()
+    key_blocks = []
+    for n, i0 in enumerate(range(0, L, block_q)):
+        i1 = min(i0 + block_q, L)
+        lo, hi = (0, S) if band is None else band.key_range(i0, i1, S)
+        ranges = []
+        for j0 in range(lo - lo % block_k, hi, block_k):
+            if allowed is not None and not allowed[n][j0 // block_k]:
+                continue
+            start, stop = max(j0, lo), min(j0 + block_k, hi)
+            if start < stop:
+                ranges.append((start, stop))
+        key_blocks.append(tuple(ranges))
+    return Schedule(L, S, block_q, tuple(key_blocks), band)
+
+
+def tiled_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None,
+    schedule: Schedule,
+    scale: float,
+    enable_gqa: bool,
+) -> Tensor:
+    """Run the tiled loop on validated inputs; differentiable with respect to all four."""
+    compute_dtype = _compute_dtype(query.dtype)  # float16/bfloat16 compute in float32
+    key = _repeat_kv_heads(key, query, enable_gqa).to(compute_dtype)
+    value = _repeat_kv_heads(value, query, enable_gqa).to(compute_dtype)
+    if attn_mask is not None and attn_mask.dtype != torch.bool:
+        attn_mask = attn_mask.to(compute_dtype)
+    out: Tensor = _TiledAttention.apply(  # type: ignore[no-untyped-call]
+        query.to(compute_dtype), key, value, attn_mask, schedule, scale
+    )
+    return out.to(query.dtype)
+
+
+class _TiledAttention(torch.autograd.Function):
+    """Forward by the online softmax; backward recomputes each block's probabilities.
+
+    Only ``query``, ``key``, ``value``, the output and the per-query log-sum-exp are
+    saved (plus the caller's ``attn_mask``, which already exists): memory linear in the
+    sequence length. Autograd through the tile loop would instead save every block's
+    probabilities, an ``L x S`` matrix in pieces.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attn_mask: Tensor | None,
+        schedule: Schedule,
+        scale: float,
+    ) -> Tensor:
+        out, lse = _forward(query, key, value, attn_mask, schedule, scale)
+        ctx.save_for_backward(query, key, value, attn_mask, out, lse)
+        ctx.schedule, ctx.scale = schedule, scale
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+        saved: tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor, Tensor] = ctx.saved_tensors
+        mask_needs_grad = ctx.needs_input_grad[3]  # False for a bool mask or no mask
+        grads = _backward(grad_out, *saved, ctx.schedule, ctx.scale, mask_needs_grad)
+        return (*grads, None, None)
+
+
+def _block_scores(
+    query_block: Tensor,
+    key: Tensor,
+    attn_mask: Tensor | None,
+    band: Band | None,
+    i0: int,
+    i1: int,
+    j0: int,
+    j1: int,
+) -> Tensor:
+    """Scaled scores of one block, ``-inf`` where masked: ``(..., i1 - i0, j1 - j0)``."""
+    scores = query_block @ key[..., j0:j1, :].transpose(-2, -1)  # (..., bq, bk)
+    if attn_mask is not None:
+        block = attn_mask[..., i0:i1, j0:j1]  # mask already expanded to (..., L, S)
+        if block.dtype == torch.bool:
+            scores.masked_fill_(~block, float("-inf"))
+        else:
+            scores = scores + block
+    if band is not None:
+        inside = band.block_mask(i0, i1, j0, j1, scores.device)
+        if inside is not None:
+            scores.masked_fill_(~inside, float("-inf"))
+    return scores
+
+
+def _expand_mask(attn_mask: Tensor | None, L: int, S: int) -> Tensor | None:
+    """A view of the mask with its last two axes at full size ``(L, S)``, to slice blocks."""
+    if attn_mask is None:
+        return None
+    shape = (*attn_mask.shape[:-2], L, S) if attn_mask.ndim >= 2 else (L, S)
+    return attn_mask.expand(shape)
+
+
+def _forward(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None,
+    schedule: Schedule,
+    scale: float,
+) -> tuple[Tensor, Tensor]:
+    *batch, L, _ = query.shape
+    Dv = value.shape[-1]
+    mask = _expand_mask(attn_mask, L, schedule.S)
+    out = query.new_zeros(*batch, L, Dv)
+    lse = query.new_full((*batch, L), float("inf"))  # +inf: "attends to nothing"
+    query = query * scale  # once here instead of once per block
+    for (i0, i1), key_blocks in zip(schedule.query_blocks(), schedule.key_blocks, strict=True):
+        q_i = query[..., i0:i1, :]  # (..., bq, D)
+        row_max = query.new_full((*batch, i1 - i0, 1), float("-inf"))  # m
+        row_sum = query.new_zeros(*batch, i1 - i0, 1)  # ℓ
+        acc = query.new_zeros(*batch, i1 - i0, Dv)  # õ, unnormalised output
+        for j0, j1 in key_blocks:
+            scores = _block_scores(q_i, key, mask, schedule.band, i0, i1, j0, j1)
+            new_max = torch.maximum(row_max, scores.amax(dim=-1, keepdim=True))  # (..., bq, 1)
+            # A row masked so far has max -inf, and -inf - (-inf) is NaN: shift it by 0
+            # instead, which gives exp(-inf) = 0 for every one of its entries.
+            shift = new_max.masked_fill(torch.isneginf(new_max), 0.0)
+            p = scores.sub_(shift).exp_()  # (..., bq, bk), in place: one block less memory
+            rescale = torch.exp(row_max - shift)  # (..., bq, 1): old terms to the new max
+            row_sum = row_sum * rescale + p.sum(dim=-1, keepdim=True)
+            acc = acc * rescale + p @ value[..., j0:j1, :]  # (..., bq, Dv)
+            row_max = new_max
+        attended = row_sum > 0  # False for a query whose keys were all masked or skipped
+        out[..., i0:i1, :] = acc / row_sum.masked_fill(~attended, 1.0)  # acc is 0 there
+        lse_i = (row_max + torch.log(row_sum)).masked_fill(~attended, float("inf"))
+        lse[..., i0:i1] = lse_i.squeeze(-1)
+    return out, lse
+
+
+def _backward(
+    grad_out: Tensor,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None,
+    out: Tensor,
+    lse: Tensor,
+    schedule: Schedule,
+    scale: float,
+    mask_needs_grad: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    L = query.shape[-2]
+    mask = _expand_mask(attn_mask, L, schedule.S)
+    grad_q, grad_k, grad_v = (torch.zeros_like(t) for t in (query, key, value))
+    grad_mask = None
+    if mask_needs_grad:
+        assert attn_mask is not None
+        grad_mask = torch.zeros_like(attn_mask)
+        # At least 2-D, so that blocks are sliced the same way for a (S,) mask.
+        grad_mask_2d = grad_mask.view((1,) * (2 - attn_mask.ndim) + tuple(attn_mask.shape))
+    # Σ_j P_ij dP_ij, the softmax Jacobian's correction term, equals rowsum(dO ∘ O).
+    delta = (grad_out * out).sum(dim=-1, keepdim=True)  # (..., L, 1)
+    query = query * scale
+    for (i0, i1), key_blocks in zip(schedule.query_blocks(), schedule.key_blocks, strict=True):
+        q_i, do_i = query[..., i0:i1, :], grad_out[..., i0:i1, :]  # (..., bq, D), (..., bq, Dv)
+        lse_i, delta_i = lse[..., i0:i1, None], delta[..., i0:i1, :]  # (..., bq, 1) each
+        grad_q_i = torch.zeros_like(q_i)
+        for j0, j1 in key_blocks:
+            scores = _block_scores(q_i, key, mask, schedule.band, i0, i1, j0, j1)
+            p = scores.sub_(lse_i).exp_()  # the block's probabilities, recomputed
+            grad_v[..., j0:j1, :] += p.transpose(-2, -1) @ do_i  # (..., bk, Dv)
+            grad_p = do_i @ value[..., j0:j1, :].transpose(-2, -1)  # (..., bq, bk)
+            grad_s = p * (grad_p - delta_i)  # (..., bq, bk)
+            grad_q_i += grad_s @ key[..., j0:j1, :]  # (..., bq, D)
+            grad_k[..., j0:j1, :] += grad_s.transpose(-2, -1) @ q_i  # (..., bk, D)
+            if grad_mask is not None:
+                _accumulate_mask_grad(grad_mask_2d, grad_s, i0, i1, j0, j1)
+        grad_q[..., i0:i1, :] = grad_q_i * scale
+    return grad_q, grad_k, grad_v, grad_mask
+
+
+def _accumulate_mask_grad(
+    grad_mask: Tensor, grad_s: Tensor, i0: int, i1: int, j0: int, j1: int
+) -> None:
+    """Add a block's score gradient to an additive mask's, summing where it broadcast."""
+    rows = slice(i0, i1) if grad_mask.shape[-2] != 1 else slice(0, 1)
+    cols = slice(j0, j1) if grad_mask.shape[-1] != 1 else slice(0, 1)
+    target = grad_mask[..., rows, cols]
+    target += grad_s.sum_to_size(target.shape)
