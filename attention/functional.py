@@ -194,16 +194,18 @@ def _probabilities(
 
     scores = (query @ key.transpose(-2, -1)) * scale  # (..., L, S)
 
-    if attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attn_mask, float("-inf"))
-        else:
-            scores = scores + attn_mask.to(compute_dtype)
+    if attn_mask is None:
+        return torch.softmax(scores, dim=-1)
 
+    if attn_mask.dtype == torch.bool:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    else:
+        scores = scores + attn_mask.to(compute_dtype)
     # softmax over a row of -inf is 0/0 = NaN, and that NaN flows back into every
-    # gradient. Give empty rows a harmless finite row, then zero their weights.
+    # gradient. Give empty rows a harmless finite row, then zero their weights. Only a
+    # mask can empty a row, so unmasked attention skips this (and its L x S copies).
     empty_row = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (..., L, 1)
-    scores = scores.masked_fill(empty_row, 0.0)
+    scores.masked_fill_(empty_row, 0.0)  # in place: scores is ours, and not saved
     return torch.softmax(scores, dim=-1).masked_fill(empty_row, 0.0)
 
 
