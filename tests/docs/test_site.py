@@ -72,3 +72,18 @@ def test_no_page_references_a_font_service_or_cdn(built_site: Path) -> None:
             f"{page.relative_to(built_site)} loads an external asset"
         )
         assert "fonts.googleapis" not in html and "fonts.gstatic" not in html
+
+
+def test_every_concept_page_shows_its_executed_output(built_site: Path) -> None:
+    # Each ```python exec="on"``` block of a concept page must come out of the build
+    # with its result (printed text or a figure) right below it, and without a traceback.
+    for source in sorted((ROOT / "docs" / "concepts").glob("*.md")):
+        if source.name == "index.md":
+            continue
+        executed = len(re.findall(r'^\s*```python exec="on"', source.read_text(), re.MULTILINE))
+        html = (built_site / "concepts" / source.stem / "index.html").read_text()
+        results = html.count('<div class="result">')
+        assert executed and results == executed, (
+            f"{source.name}: {executed} executed blocks, {results} results in the HTML"
+        )
+        assert "Traceback (most recent call last)" not in html, source.name

@@ -116,6 +116,8 @@ def test_the_docs_have_snippets_to_check():
         "check-against-pytorch.md",
         "README.md",
     } <= by_file
+    concepts = {p.name for p in (ROOT / "docs" / "concepts").glob("*.md")} - {"index.md"}
+    assert concepts <= by_file, f"concept pages without a runnable block: {concepts - by_file}"
     # The NumPy and PyTorch tabs of the worked example hold indented blocks.
     page = [s for s in SNIPPETS if s.path.name == "scaled-dot-product-attention.md"]
     assert any("import numpy as np" in s.code for s in page), "tabbed blocks were missed"
