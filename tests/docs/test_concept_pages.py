@@ -23,6 +23,8 @@ def test_there_are_concept_pages():
 @pytest.mark.parametrize("page", CONCEPTS, ids=[p.stem for p in CONCEPTS])
 def test_concept_page_structure(page: Path) -> None:
     text = page.read_text(encoding="utf-8")
+    if text.startswith("---\n"):  # YAML front matter (e.g. `hide: [toc]`) comes first
+        text = text.split("\n---\n", 1)[1].lstrip()
     body = text.split("\n", 1)[1].lstrip()
     assert text.startswith("# "), "a page starts with its title"
     assert body.startswith('??? abstract "API used on this page"'), (
