@@ -82,6 +82,8 @@ assert torch.isclose(scores[1, 3], torch.dot(Q[1], K[3]))
 # so every score is halved; with $D = 512$ the factor would be about 22.6. (Our small
 # random projections do not give unit-variance components, so the scaled spread below
 # is not 1; the loop after it uses unit-variance vectors to show the law itself.)
+# [Why scale by the square root of D](../../concepts/why-scale/) derives the law and
+# shows what happens to the gradients without it.
 
 # %%
 scaled = scores / D**0.5
@@ -106,7 +108,8 @@ for d in (4, 64, 512):
 #
 # Every weight is positive and every row sums to 1. We subtract each row's maximum
 # before exponentiating: it cancels in the fraction but keeps `exp` from overflowing
-# when scores are large.
+# when scores are large ([softmax and numerical stability](../../concepts/softmax-stability/)
+# explains when that matters).
 
 # %%
 shifted = scaled - scaled.max(dim=-1, keepdim=True).values
@@ -138,7 +141,20 @@ assert torch.allclose(out[2], row)
 # %% [markdown]
 # ## 6. The same in NumPy
 #
-# Nothing here is specific to PyTorch. The four steps in NumPy, on the same numbers:
+# Nothing here is specific to PyTorch. The steps side by side, with `z` the
+# scaled scores and `p` the weights:
+#
+# | step | NumPy | PyTorch |
+# |---|---|---|
+# | scores | `Q @ K.T / np.sqrt(D)` | `Q @ K.T / D**0.5` |
+# | softmax | `np.exp(z - z_max)`, divided by its row sums | `torch.softmax(z, dim=-1)` |
+# | output | `p @ V` | `p @ V` |
+#
+# NumPy has no softmax, so we write the stable one ourselves; the names of
+# the reduction arguments differ too (`axis`, `keepdims` against `dim`,
+# `keepdim`).
+#
+# The NumPy version, on the same numbers:
 
 # %%
 Qn, Kn, Vn = Q.numpy(), K.numpy(), V.numpy()
@@ -148,7 +164,13 @@ z = z - z.max(axis=-1, keepdims=True)  # stable softmax ...
 p = np.exp(z) / np.exp(z).sum(axis=-1, keepdims=True)  # ... per row
 out_numpy = p @ Vn  # weighted sum of values
 
-print("max |NumPy - PyTorch| =", np.abs(out_numpy - out.numpy()).max())
+print("NumPy row sums:", p.sum(axis=-1).round(6))
+diff_p = np.abs(p - weights.numpy()).max()
+diff_out = np.abs(out_numpy - out.numpy()).max()
+print(f"max |NumPy - PyTorch|, weights: {diff_p:.2e}")
+print(f"max |NumPy - PyTorch|, output:  {diff_out:.2e}")
+np.testing.assert_allclose(p, weights.numpy(), atol=1e-6)
+np.testing.assert_allclose(out_numpy, out.numpy(), atol=1e-6)
 
 # %% [markdown]
 # ## 7. Check against the package and against PyTorch
@@ -194,7 +216,9 @@ ax = attention.plot_attention(
 # are exactly 0 and the remaining weights in each row still sum to 1.
 #
 # In the package (and in `F.scaled_dot_product_attention`) a boolean mask is
-# **True where attention is allowed**.
+# **True where attention is allowed**. The [masks page](../../concepts/masks/) covers
+# causal, padding and combined masks, and the opposite convention of
+# `nn.MultiheadAttention`.
 
 # %%
 mask = attention.causal_mask(L)
@@ -233,19 +257,89 @@ ax = attention.plot_attention(
 # ## Exercises
 #
 # 1. Remove the division by $\sqrt{D}$ and set $D = 256$. What happens to the largest
-#    weight in each row? (Try `attention.attention_weights(Q, K, scale=1.0)`.)
+#    weight in each row? *Hint:* `attention.attention_weights(Q, K, scale=1.0)` skips
+#    the scaling.
 # 2. Use 3 queries and 5 keys ($L \ne S$). Which shapes change, and which do not?
 # 3. Make $V$ 6-dimensional while $Q$ and $K$ stay 4-dimensional. Does anything break?
+# 4. Mask *every* key of the first query (set row 0 of the mask to False). What does
+#    the textbook `softmax(masked_fill(-inf))` of section 9 give for that row, and
+#    what does `attention.scaled_dot_product_attention` give? *Hint:* what is
+#    $0 / 0$?
 #
-# <details><summary>Answers</summary>
+# Try them before reading on; each answer below ends with a code cell that checks it.
+
+# %% [markdown]
+# ### Answer to exercise 1
 #
-# 1. The scores grow like $\sqrt{D}$, so each row's softmax approaches a one-hot
-#    vector: the largest weight moves towards 1 and the gradients of the others towards 0.
-# 2. Scores and weights become $3 \times 5$; the output is $3 \times D_v$. Rows still sum to 1.
-# 3. Nothing: only $Q$ and $K$ must share a size. The output becomes $L \times 6$.
+# The scores grow like $\sqrt{D}$ (their standard deviation is about 16 for
+# $D = 256$), so each row's softmax approaches a one-hot vector: the largest weight
+# moves close to 1 and the others, with their gradients, towards 0.
+
+# %%
+q256, k256 = torch.randn(L, 256), torch.randn(L, 256)
+w_scaled = attention.attention_weights(q256, k256)
+w_unscaled = attention.attention_weights(q256, k256, scale=1.0)
+top_scaled = w_scaled.max(dim=-1).values  # largest weight per row
+top_unscaled = w_unscaled.max(dim=-1).values
+print("largest weights, scaled:  ", top_scaled)
+print("largest weights, unscaled:", top_unscaled)
+assert top_unscaled.mean() > 0.9 > top_scaled.mean()
+
+# %% [markdown]
+# ### Answer to exercise 2
 #
-# </details>
+# Scores and weights become $3 \times 5$ ($L \times S$); the output is
+# $3 \times D_v$, one row per query. $D$ and $D_v$ do not change, and every row of
+# weights still sums to 1.
+
+# %%
+q3 = torch.randn(3, D)  # L = 3 queries
+k5, v5 = torch.randn(5, D), torch.randn(5, D)  # S = 5 keys, values
+w35 = attention.attention_weights(q3, k5)
+out35 = attention.scaled_dot_product_attention(q3, k5, v5)
+print("weights:", tuple(w35.shape))
+print("output:", tuple(out35.shape))
+assert w35.shape == (3, 5) and out35.shape == (3, D)
+torch.testing.assert_close(w35.sum(dim=-1), torch.ones(3))
+
+# %% [markdown]
+# ### Answer to exercise 3
 #
+# Nothing breaks: only $Q$ and $K$ must share a size, because only they meet in a dot
+# product. The weights stay $L \times L$ and the output becomes $L \times 6$.
+
+# %%
+V6 = torch.randn(L, 6)
+out6 = attention.scaled_dot_product_attention(Q, K, V6)
+print("output:", tuple(out6.shape))
+assert out6.shape == (L, 6)
+torch.testing.assert_close(out6, weights @ V6)
+ref6 = F.scaled_dot_product_attention(Q, K, V6)
+torch.testing.assert_close(out6, ref6)
+
+# %% [markdown]
+# ### Answer to exercise 4
+#
+# With every score of the row at $-\infty$, every $e^{z}$ is 0 and the softmax is
+# $0 / 0$: the textbook version returns NaN for that row. The package, like
+# `F.scaled_dot_product_attention` since PyTorch 2.5, returns a row of zeros instead
+# (see [fully masked rows](../../concepts/masks/#fully-masked-rows)).
+
+# %%
+no_keys = mask.clone()
+no_keys[0] = False  # query 0 may attend to nothing
+blocked = scaled.masked_fill(~no_keys, float("-inf"))
+textbook = torch.softmax(blocked, dim=-1)  # section 9's recipe
+sdpa = attention.scaled_dot_product_attention
+safe = sdpa(Q, K, V, attn_mask=no_keys)
+print("textbook weights, row 0:", textbook[0])
+print("package output, row 0:  ", safe[0])
+assert torch.isnan(textbook[0]).all()
+assert torch.all(safe[0] == 0) and not torch.isnan(safe).any()
+ref = F.scaled_dot_product_attention(Q, K, V, attn_mask=no_keys)
+torch.testing.assert_close(safe, ref)
+
+# %% [markdown]
 # **Where next:** the [concept page](../../concepts/scaled-dot-product-attention/)
 # works an example by hand, and the
 # [how-to guide](../../how-to/check-against-pytorch/) shows how to test your own
