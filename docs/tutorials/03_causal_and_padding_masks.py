@@ -534,7 +534,7 @@ assert (
 # %% [markdown]
 # Sentence 0 has no padding, so both means agree; the other two differ.
 #
-# ## 11. Mask polarity: one `True`, two meanings
+# ## 11. Mask polarity: one True, two meanings
 #
 # PyTorch has two conventions for a boolean mask, and mixing them up is the
 # most common masking bug of all:
