@@ -69,6 +69,18 @@ def site_pages(site: Path) -> list[str]:
     return pages
 
 
+def load_fully(page, url: str) -> None:
+    """Open ``url`` and return once its scripts have run and the network is quiet.
+
+    "networkidle" alone is not enough: on a busy machine the parser can still be working
+    through a long page (inline SVG figures) after 500 ms without requests, before the
+    scripts at the end of the body (KaTeX and its init) have run. The load event comes
+    after them.
+    """
+    page.goto(url, wait_until="load")
+    page.wait_for_load_state("networkidle")
+
+
 class PageWatcher:
     """Records what a page does while it loads: off-site requests (blocked), failed
     requests, console errors and uncaught exceptions."""
@@ -133,7 +145,7 @@ def test_every_page_renders_offline(browser, built_site: Path, site_url: str) ->
     for rel in pages:
         page = context.new_page()
         watcher = PageWatcher(page, origin)
-        page.goto(urljoin(site_url, rel), wait_until="networkidle")
+        load_fully(page, urljoin(site_url, rel))
         # KaTeX's fonts load asynchronously; wait for them before judging and capturing.
         page.evaluate("() => document.fonts.ready.then(() => true)")
         info = page.evaluate(INSPECT_PAGE)
@@ -180,7 +192,7 @@ def check_internal_links(links: set[str], site: Path, site_url: str) -> list[str
 def test_tutorial_math_and_figures_render(browser, site_url: str) -> None:
     """The tutorial is the page where math rendering is most fragile (raw $ in cells)."""
     page = browser.new_page()
-    page.goto(urljoin(site_url, "tutorials/01_attention_from_scratch/"), wait_until="networkidle")
+    load_fully(page, urljoin(site_url, "tutorials/01_attention_from_scratch/"))
     katex_in_cells = page.locator(".jupyter-wrapper .jp-RenderedMarkdown .katex").count()
     figures = page.locator(".jupyter-wrapper .jp-RenderedImage img").count()
     page.close()
