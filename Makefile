@@ -14,7 +14,7 @@ export NO_MKDOCS_2_WARNING := 1
 
 .PHONY: help
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(INSTALLED): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is required"'
@@ -45,6 +45,18 @@ docs: $(INSTALLED) ## Build the site into site/ (strict: any warning fails)
 .PHONY: serve
 serve: $(INSTALLED) ## Build and serve the site with live reload at http://127.0.0.1:8000
 	ATTENTION_NOTEBOOK_CACHE=true $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
+
+# Full run on an idle machine (other processes on the cores distort every time):
+# all implementations, n = 256 ... 8192, about 10 minutes on two cores.
+.PHONY: bench
+bench: $(INSTALLED) ## Benchmark attention (about 10 min) into benchmarks/results/latest.json
+	$(BIN)/python benchmarks/attention_bench.py --out benchmarks/results/latest.json \
+		--plot build/bench/latest.png
+
+.PHONY: bench-quick
+bench-quick: $(INSTALLED) ## A short smoke run of the benchmark into build/bench/quick.json
+	$(BIN)/python benchmarks/attention_bench.py --quick --out build/bench/quick.json \
+		--plot build/bench/quick.png
 
 .PHONY: lint
 lint: $(INSTALLED) ## ruff (lint and format check) on everything, mypy --strict on attention/
