@@ -63,6 +63,13 @@ def check_scale(scale: object) -> float | None:
     return float(scale)
 
 
+def check_flag(name: str, value: object) -> bool:
+    """Require a real ``bool``: a truthy string or tensor would silently flip a mode."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False; got {type(value).__name__} {value!r}")
+    return value
+
+
 def check_probability(name: str, p: object) -> float:
     """Require a dropout probability in ``[0, 1)``."""
     if isinstance(p, bool) or not isinstance(p, Real):
@@ -75,7 +82,17 @@ def check_probability(name: str, p: object) -> float:
 def check_attn_mask(attn_mask: object, scores_shape: torch.Size, query: Tensor) -> Tensor:
     """Require a bool mask, or a float mask of ``query``'s dtype, that broadcasts to the scores."""
     if not isinstance(attn_mask, Tensor):
-        raise TypeError(f"attn_mask must be a torch.Tensor or None; got {type(attn_mask).__name__}")
+        # f(q, k, v, True) reads True as the mask: the signature follows PyTorch's, where
+        # attn_mask comes before is_causal.
+        hint = (
+            " (the fourth positional argument is attn_mask, as in "
+            "F.scaled_dot_product_attention: pass is_causal=True by keyword)"
+            if isinstance(attn_mask, bool)
+            else ""
+        )
+        raise TypeError(
+            f"attn_mask must be a torch.Tensor or None; got {type(attn_mask).__name__}{hint}"
+        )
     if attn_mask.dtype != torch.bool and attn_mask.dtype != query.dtype:
         raise TypeError(
             "attn_mask must be bool (True = may attend) or have the query's dtype "

@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attention._checks import check_attn_mask, check_scale, shape_str
+from attention._checks import check_attn_mask, check_flag, check_scale, shape_str
 from attention._tiled import Band, make_schedule, tiled_attention
 from attention.functional import _check_query_key, _check_value, _compute_dtype
 from attention.masks import CausalAlignment, _check_size, check_layout
@@ -111,7 +111,9 @@ def flash_attention(
 
     Raises:
         TypeError: If an input is not a floating-point tensor, dtypes differ, the mask
-            has an unsupported dtype, or a block size is not an int.
+            has an unsupported dtype (a bool passed as the fourth positional argument
+            is read as ``attn_mask``), a flag is not a bool, or a block size is not an
+            int.
         ValueError: If shapes are inconsistent, the mask does not broadcast,
             ``is_causal`` is combined with ``attn_mask``, or a block size is below 1.
 
@@ -129,8 +131,9 @@ def flash_attention(
         True
     """
     query, key, value, scale = _check_qkv_and_scale(query, key, value, scale, enable_gqa)
-    _check_size("block_q", block_q, minimum=1)
-    _check_size("block_k", block_k, minimum=1)
+    block_q = _check_size("block_q", block_q, minimum=1)
+    block_k = _check_size("block_k", block_k, minimum=1)
+    check_flag("is_causal", is_causal)
     L, S = query.shape[-2], key.shape[-2]
     if attn_mask is not None and is_causal:
         raise ValueError(
@@ -190,8 +193,8 @@ def sliding_window_attention(
         Tensor of shape ``(..., L, Dv)``; zeros for a query with no key in its window.
 
     Raises:
-        TypeError: If an input is not a floating-point tensor, dtypes differ, or
-            ``window`` or ``block_size`` is not an int.
+        TypeError: If an input is not a floating-point tensor, dtypes differ,
+            ``window`` or ``block_size`` is not an int, or a flag is not a bool.
         ValueError: If shapes are inconsistent, ``window < 1``, ``block_size < 1`` or
             ``alignment`` is unknown.
 
@@ -213,8 +216,9 @@ def sliding_window_attention(
         True
     """
     query, key, value, scale = _check_qkv_and_scale(query, key, value, scale, enable_gqa)
-    _check_size("window", window, minimum=1)
-    _check_size("block_size", block_size, minimum=1)
+    window = _check_size("window", window, minimum=1)
+    block_size = _check_size("block_size", block_size, minimum=1)
+    check_flag("causal", causal)
     L, S = query.shape[-2], key.shape[-2]
     if alignment not in ("top_left", "bottom_right"):
         raise ValueError(f"alignment must be 'top_left' or 'bottom_right'; got {alignment!r}")
@@ -268,7 +272,8 @@ def block_sparse_attention(
 
     Raises:
         TypeError: If an input is not a floating-point tensor, dtypes differ, ``layout``
-            is not a bool tensor, or ``block_size`` is not an int.
+            is not a bool tensor, ``block_size`` is not an int, or a flag is not a
+            bool.
         ValueError: If shapes are inconsistent, ``block_size < 1``, or ``layout``'s shape
             does not match the lengths.
 
@@ -291,6 +296,7 @@ def block_sparse_attention(
     query, key, value, scale = _check_qkv_and_scale(query, key, value, scale, enable_gqa)
     L, S = query.shape[-2], key.shape[-2]
     check_layout(layout, block_size, L, S)
+    check_flag("is_causal", is_causal)
     band = Band(low=0, high=None) if is_causal else None
     schedule = make_schedule(L, S, block_size, block_size, band=band, layout=layout)
     return tiled_attention(query, key, value, None, schedule, scale, enable_gqa)
@@ -344,8 +350,8 @@ def linear_attention(
 
     Raises:
         TypeError: If an input is not a floating-point tensor, dtypes differ,
-            ``feature_map`` does not return a tensor, or ``eps`` / ``chunk_size`` has the
-            wrong type.
+            ``feature_map`` does not return a tensor, ``eps`` / ``chunk_size`` has the
+            wrong type, or ``is_causal`` is not a bool.
         ValueError: If shapes are inconsistent, ``feature_map`` gives queries and keys
             different feature sizes, ``eps`` is negative or not finite, or
             ``chunk_size < 1``.
@@ -378,7 +384,8 @@ def linear_attention(
         raise TypeError(f"eps must be a real number; got {type(eps).__name__}")
     if not (math.isfinite(eps) and eps >= 0):
         raise ValueError(f"eps must be finite and >= 0; got {eps}")
-    _check_size("chunk_size", chunk_size, minimum=1)
+    chunk_size = _check_size("chunk_size", chunk_size, minimum=1)
+    check_flag("is_causal", is_causal)
     compute_dtype = _compute_dtype(query.dtype)  # float16/bfloat16 compute in float32
     phi = _elu_plus_one if feature_map is None else feature_map
     q, k = _apply_feature_map(phi, query.to(compute_dtype), key.to(compute_dtype))

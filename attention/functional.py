@@ -27,6 +27,7 @@ from torch import Tensor
 
 from attention._checks import (
     check_attn_mask,
+    check_flag,
     check_probability,
     check_same_dtype_and_device,
     check_scale,
@@ -67,8 +68,9 @@ def attention_weights(
         Tensor of shape ``(..., L, S)`` with rows summing to 1 (0 when fully masked).
 
     Raises:
-        TypeError: If an input is not a floating-point tensor, dtypes differ, or the
-            mask has an unsupported dtype.
+        TypeError: If an input is not a floating-point tensor, dtypes differ, the
+            mask has an unsupported dtype, or ``is_causal`` / ``enable_gqa`` is not a
+            bool.
         ValueError: If shapes are inconsistent, the mask does not broadcast, or
             ``is_causal`` is combined with ``attn_mask``.
 
@@ -126,8 +128,9 @@ def scaled_dot_product_attention(
         Tensor of shape ``(..., L, Dv)``. A query with every key masked gets zeros.
 
     Raises:
-        TypeError: If an input is not a floating-point tensor, dtypes differ, or the
-            mask has an unsupported dtype.
+        TypeError: If an input is not a floating-point tensor, dtypes differ, the
+            mask has an unsupported dtype, or ``is_causal`` / ``enable_gqa`` is not a
+            bool.
         ValueError: If shapes are inconsistent (head sizes, key/value lengths, head
             counts), the mask does not broadcast, ``dropout_p`` is outside $[0, 1)$,
             or ``is_causal`` is combined with ``attn_mask``.
@@ -173,6 +176,7 @@ def _probabilities(
 ) -> Tensor:
     """Scores, mask and softmax for validated query and key, in the compute dtype."""
     L, S, D = query.shape[-2], key.shape[-2], query.shape[-1]
+    check_flag("is_causal", is_causal)
     scale = check_scale(scale)
     if scale is None:
         scale = 1.0 / math.sqrt(D)
@@ -214,6 +218,7 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _check_query_key(query: object, key: object, enable_gqa: bool) -> tuple[Tensor, Tensor]:
+    check_flag("enable_gqa", enable_gqa)
     min_ndim = 3 if enable_gqa else 2
     query = check_tensor("query", query, min_ndim=min_ndim)
     key = check_tensor("key", key, min_ndim=min_ndim)

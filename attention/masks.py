@@ -23,10 +23,13 @@ References:
 
 from __future__ import annotations
 
+from numbers import Integral
 from typing import Literal
 
 import torch
 from torch import Tensor
+
+from attention._checks import check_flag
 
 __all__ = [
     "block_sparse_mask",
@@ -123,7 +126,8 @@ def sliding_window_mask(
         Bool tensor of shape ``(L, S)``, True where attention is allowed.
 
     Raises:
-        TypeError: If ``L``, ``S`` or ``window`` is not an int.
+        TypeError: If ``L``, ``S`` or ``window`` is not an int, or ``causal`` is not
+            a bool.
         ValueError: If a size is negative, ``window < 1``, or ``alignment`` is unknown.
 
     Examples:
@@ -140,7 +144,8 @@ def sliding_window_mask(
                 [0, 1, 1, 1],
                 [0, 0, 1, 1]], dtype=torch.int32)
     """
-    _check_size("window", window, minimum=1)
+    window = _check_size("window", window, minimum=1)
+    check_flag("causal", causal)
     distance = query_key_distance(L, S, alignment, device)  # (L, S)
     if causal:
         return (distance >= 0) & (distance < window)
@@ -226,8 +231,8 @@ def strided_layout(
                 [1, 0, 1, 1, 1, 0],
                 [0, 1, 0, 1, 1, 1]], dtype=torch.int32)
     """
-    _check_size("num_blocks", num_blocks)
-    _check_size("stride", stride, minimum=1)
+    num_blocks = _check_size("num_blocks", num_blocks)
+    stride = _check_size("stride", stride, minimum=1)
     distance = query_key_distance(num_blocks, num_blocks, "top_left", device)  # (n, n)
     return (distance >= 0) & ((distance < stride) | (distance % stride == 0))
 
@@ -312,7 +317,7 @@ def padding_mask(
     longest = int(lengths.max()) if lengths.numel() else 0
     if max_length is None:
         max_length = longest
-    _check_size("max_length", max_length)
+    max_length = _check_size("max_length", max_length)
     if lengths.numel() and int(lengths.min()) < 0:
         raise ValueError(f"lengths must be >= 0; got {lengths.tolist()}")
     if longest > max_length:
@@ -410,11 +415,12 @@ def mask_to_bias(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
 
 
 def _check_size(name: str, n: object, minimum: int = 0) -> int:
-    if isinstance(n, bool) or not isinstance(n, int):
+    # Integral, not int: sizes often come from NumPy (np.int64) or from tensor.shape.
+    if isinstance(n, bool) or not isinstance(n, Integral):
         raise TypeError(f"{name} must be an int; got {type(n).__name__}")
     if n < minimum:
         raise ValueError(f"{name} must be >= {minimum}; got {n}")
-    return n
+    return int(n)
 
 
 def _broadcast_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
@@ -438,8 +444,8 @@ def query_key_distance(
     place queries the same way for each ``alignment``.
     """
     S = L if S is None else S
-    _check_size("L", L)
-    _check_size("S", S)
+    L = _check_size("L", L)
+    S = _check_size("S", S)
     if alignment == "top_left":
         offset = 0
     elif alignment == "bottom_right":

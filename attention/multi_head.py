@@ -37,6 +37,7 @@ from torch import Tensor, nn
 
 from attention._checks import (
     check_attn_mask,
+    check_flag,
     check_probability,
     check_same_dtype_and_device,
     check_tensor,
@@ -218,13 +219,19 @@ class MultiHeadAttention(nn.Module):
                 ``(B, H, L, S)`` per head, after dropout (as PyTorch returns them).
 
         Raises:
-            TypeError: If inputs are not floating tensors of the parameters' dtype or a
-                mask has an unsupported dtype.
+            TypeError: If inputs are not floating tensors of the parameters' dtype, a
+                mask has an unsupported dtype, or a flag is not a bool.
             ValueError: If an input has the wrong width or rank, batch sizes or
                 key/value lengths differ, a mask has the wrong shape, or
                 ``is_causal`` is combined with ``attn_mask``.
         """
         query, key, value, unbatched = self._check_inputs(query, key, value)
+        for name, flag in (
+            ("is_causal", is_causal),
+            ("need_weights", need_weights),
+            ("average_attn_weights", average_attn_weights),
+        ):
+            check_flag(name, flag)
         B, L, _ = query.shape
         S = key.shape[1]
         H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim

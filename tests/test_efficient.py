@@ -660,6 +660,41 @@ def bad_input_cases():
             ValueError,
             r"block_size must be >= 1; got 0",
         ),
+        # A truthy non-bool must not silently switch a mode on.
+        (flash_attention, (q, k, v), {"is_causal": "no"}, TypeError, r"is_causal must be True or"),
+        (flash_attention, (q, k, v), {"enable_gqa": 1}, TypeError, r"enable_gqa must be True or"),
+        (
+            flash_attention,
+            (q, k, v, True),  # is_causal passed where PyTorch's signature has attn_mask
+            {},
+            TypeError,
+            r"got bool \(the fourth positional argument is attn_mask.*pass is_causal=True by",
+        ),
+        (sliding_window_attention, (q, k, v, 2), {"causal": 0}, TypeError, r"causal must be True"),
+        (
+            block_sparse_attention,
+            (q, k, v, layout[:2, :3], 3),
+            {"is_causal": "yes"},
+            TypeError,
+            r"is_causal must be True or False; got str 'yes'",
+        ),
+        (linear_attention, (q, k, v), {"is_causal": None}, TypeError, r"is_causal must be True"),
+        (flash_attention, (q.int(), k, v), {}, TypeError, r"query must have a floating-point"),
+        (flash_attention, (q[0, 0, 0], k, v), {}, ValueError, r"query must have at least 2"),
+        (
+            flash_attention,
+            (q, k[:, :2], v[:, :2]),
+            {"enable_gqa": True},
+            ValueError,
+            r"H must be a multiple of .* Hkv; got H=3, Hkv=2",
+        ),
+        (
+            flash_attention,
+            (q, k, v),
+            {"attn_mask": torch.ones(5, 7, dtype=torch.int64)},
+            TypeError,
+            r"attn_mask must be bool .* got torch.int64",
+        ),
         (linear_attention, (q, k, v), {"eps": -1.0}, ValueError, r"eps must be finite and >= 0"),
         (linear_attention, (q, k, v), {"eps": "0"}, TypeError, r"eps must be a real number"),
         (

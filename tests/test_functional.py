@@ -397,6 +397,15 @@ def bad_input_cases():
         ("dropout str", (q, k, v), {"dropout_p": "0.1"}, TypeError, r"dropout_p must be a float"),
         ("scale nan", (q, k, v), {"scale": float("nan")}, ValueError, r"scale must be finite"),
         ("scale str", (q, k, v), {"scale": "1"}, TypeError, r"scale must be a real number"),
+        ("is_causal str", (q, k, v), {"is_causal": "False"}, TypeError, r"is_causal must be True"),
+        ("enable_gqa int", (q, k, v), {"enable_gqa": 1}, TypeError, r"enable_gqa must be True"),
+        (
+            "is_causal positional",
+            (q, k, v, True),
+            {},
+            TypeError,
+            r"attn_mask must be a torch.Tensor or None; got bool \(the fourth positional",
+        ),
     ]
 
 

@@ -1,5 +1,6 @@
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -84,6 +85,7 @@ def test_device_argument_is_honoured():
         ((2.0,), {}, TypeError, r"L must be an int; got float"),
         ((2, True), {}, TypeError, r"S must be an int; got bool"),
         ((-1,), {}, ValueError, r"L must be >= 0; got -1"),
+        ((np.float64(2.0),), {}, TypeError, r"L must be an int; got float64"),
         (
             (2, 3),
             {"alignment": "bottom-right"},
@@ -95,6 +97,13 @@ def test_device_argument_is_honoured():
 def test_bad_arguments_raise_clear_errors(args, kwargs, error, message):
     with pytest.raises(error, match=message):
         causal_mask(*args, **kwargs)
+
+
+def test_sizes_may_be_numpy_integers():
+    # Lengths often come from NumPy arrays; np.int64 is an integer, not a bad argument.
+    mask = causal_mask(np.int64(3), np.int32(4))
+    assert mask.shape == (3, 4)
+    assert torch.equal(mask, causal_mask(3, 4))
 
 
 # --- sliding window --------------------------------------------------------------------

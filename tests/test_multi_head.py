@@ -297,6 +297,10 @@ def test_bad_forward_inputs_raise_clear_errors():
         mha(x, x, x, key_padding_mask=torch.zeros(B, L, dtype=torch.long))
     with pytest.raises(ValueError, match=r"either attn_mask or is_causal"):
         mha(x, x, x, attn_mask=causal_mask(L), is_causal=True)
+    with pytest.raises(TypeError, match=r"need_weights must be True or False; got str 'no'"):
+        mha(x, x, x, need_weights="no")
+    with pytest.raises(TypeError, match=r"is_causal must be True or False; got int 1"):
+        mha(x, x, x, is_causal=1)
     with pytest.raises(ValueError, match=r"attn_mask must broadcast to the scores shape"):
         mha(x, x, x, attn_mask=torch.ones(B * H, L, L, dtype=torch.bool))
 
