@@ -236,9 +236,9 @@ def _forward(
     mask = _expand_mask(attn_mask, L, schedule.S)
     out = query.new_zeros(*batch, L, Dv)
     lse = query.new_full((*batch, L), float("inf"))  # +inf: "attends to nothing"
-    query = query * scale  # once here instead of once per block
     for (i0, i1), key_blocks in zip(schedule.query_blocks(), schedule.key_blocks, strict=True):
-        q_i = query[..., i0:i1, :]  # (..., bq, D)
+        # Scaled block by block: a scaled copy of all of Q would be L x D more memory.
+        q_i = query[..., i0:i1, :] * scale  # (..., bq, D)
         row_max = query.new_full((*batch, i1 - i0, 1), float("-inf"))  # m
         row_sum = query.new_zeros(*batch, i1 - i0, 1)  # ℓ
         acc = query.new_zeros(*batch, i1 - i0, Dv)  # õ, unnormalised output
@@ -283,9 +283,9 @@ def _backward(
         grad_mask_2d = grad_mask.view((1,) * (2 - attn_mask.ndim) + tuple(attn_mask.shape))
     # Σ_j P_ij dP_ij, the softmax Jacobian's correction term, equals rowsum(dO ∘ O).
     delta = (grad_out * out).sum(dim=-1, keepdim=True)  # (..., L, 1)
-    query = query * scale
     for (i0, i1), key_blocks in zip(schedule.query_blocks(), schedule.key_blocks, strict=True):
-        q_i, do_i = query[..., i0:i1, :], grad_out[..., i0:i1, :]  # (..., bq, D), (..., bq, Dv)
+        q_i = query[..., i0:i1, :] * scale  # (..., bq, D), scaled block by block
+        do_i = grad_out[..., i0:i1, :]  # (..., bq, Dv)
         lse_i, delta_i = lse[..., i0:i1, None], delta[..., i0:i1, :]  # (..., bq, 1) each
         grad_q_i = torch.zeros_like(q_i)
         for j0, j1 in key_blocks:
