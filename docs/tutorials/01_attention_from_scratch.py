@@ -14,8 +14,8 @@
 # **You will learn** to compute scaled dot-product attention one step at a time
 # (scores, scaling, softmax, weighted sum), to predict the shape of every intermediate
 # result, to check that each row of attention weights is a probability distribution,
-# and to read a heatmap of those weights. At the end you will have matched PyTorch's
-# fused kernel to the last digit with a dozen lines of your own.
+# and to read a heatmap of those weights. At the end a dozen lines of your own will
+# match PyTorch's `F.scaled_dot_product_attention` to float32 precision.
 #
 # The formula we are going to take apart:
 #
@@ -159,11 +159,14 @@ assert torch.allclose(out[2], row)
 # %%
 Qn, Kn, Vn = Q.numpy(), K.numpy(), V.numpy()
 
-z = Qn @ Kn.T / np.sqrt(D)  # scores, scaled
+z = Qn @ Kn.T / np.sqrt(D)  # scaled scores: (L, D) @ (D, L) -> (L, L)
 z = z - z.max(axis=-1, keepdims=True)  # stable softmax ...
 p = np.exp(z) / np.exp(z).sum(axis=-1, keepdims=True)  # ... per row
-out_numpy = p @ Vn  # weighted sum of values
+out_numpy = p @ Vn  # weighted sum: (L, L) @ (L, D) -> (L, D)
 
+print("Q:", Qn.shape, "K:", Kn.shape, "V:", Vn.shape)
+print("z:", z.shape, "p:", p.shape, "output:", out_numpy.shape)
+assert z.shape == p.shape == (L, L) and out_numpy.shape == (L, D)
 print("NumPy row sums:", p.sum(axis=-1).round(6))
 diff_p = np.abs(p - weights.numpy()).max()
 diff_out = np.abs(out_numpy - out.numpy()).max()
@@ -177,8 +180,11 @@ np.testing.assert_allclose(out_numpy, out.numpy(), atol=1e-6)
 #
 # The [`attention.scaled_dot_product_attention`](../../reference/functional/#attention.functional.scaled_dot_product_attention)
 # function performs exactly these steps, with masks, batches and heads handled.
-# PyTorch's `F.scaled_dot_product_attention` computes the same thing with a fused
-# kernel. All three agree to float32 precision:
+# PyTorch's `F.scaled_dot_product_attention` computes the same thing in its own code
+# (for unbatched 2-D inputs like ours it picks its plain "math" implementation;
+# batched 4-D inputs can get a fused kernel). All three agree to float32 precision,
+# which is what `torch.testing.assert_close` checks (a relative tolerance of about
+# $10^{-6}$), not to the last bit:
 
 # %%
 ours = attention.scaled_dot_product_attention(Q, K, V)
@@ -251,8 +257,8 @@ ax = attention.plot_attention(
 #   averages the values with those probabilities ($PV$, shape $L \times D_v$).
 # - Each row of $P$ sums to 1; a mask removes pairs by sending their scores to
 #   $-\infty$, which makes their weights exactly 0.
-# - Four lines of NumPy or PyTorch reproduce PyTorch's fused kernel to float32
-#   precision.
+# - Four lines of NumPy or PyTorch reproduce PyTorch's
+#   `F.scaled_dot_product_attention` to float32 precision.
 #
 # ## Exercises
 #

@@ -152,6 +152,8 @@ try:
     merged.view(B, L, E)
 except RuntimeError as error:
     print("view refuses:", str(error).split(". ")[0])
+else:
+    raise AssertionError("view of the transposed heads must fail")
 concat = merged.reshape(B, L, E)  # (B, L, E) = Concat(head_1..head_H)
 print(".reshape(B, L, E)    ", tuple(concat.shape), " (B, L, E)")
 

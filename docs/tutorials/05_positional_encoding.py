@@ -303,11 +303,17 @@ print(f"  additive: {add_shift:.2f}")
 torch.testing.assert_close(rope_scores(later), rope_scores(start))
 assert add_shift > 0.1
 
-# every diagonal of the RoPE score matrix is constant
-scores = rope_scores(start)
-for k in range(-(L_t - 1), L_t):
-    diagonal = scores.diagonal(k)
-    torch.testing.assert_close(diagonal, diagonal[0].expand_as(diagonal))
+
+def assert_constant_diagonals(scores):
+    """Each diagonal of scores (L, L) holds one value: a function of j - i."""
+    for k in range(-(L_t - 1), L_t):
+        diagonal = scores.diagonal(k)
+        torch.testing.assert_close(
+            diagonal, diagonal[0].expand_as(diagonal)
+        )
+
+
+assert_constant_diagonals(rope_scores(start))
 
 # %% [markdown]
 # RoPE can express a *relative* preference directly. Rotate every key by
@@ -327,6 +333,11 @@ k_prev = attention.apply_rotary(one_step)  # rotated by (p + 1) * theta
 previous = attention.attention_weights(q_rot, k_prev, is_causal=True)
 print("query 6:", previous[6].numpy().round(2))
 assert all(previous[m].argmax() == m - 1 for m in range(1, L_t))
+# before the mask, these scores too depend only on the offset (float64)
+k_prev64 = attention.apply_rotary(
+    attention.apply_rotary(c64, torch.ones(L_t, dtype=torch.long))
+)
+assert_constant_diagonals(attention.apply_rotary(c64) @ k_prev64.T)
 
 fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), layout="constrained")
 for ax, w, title in (
@@ -444,6 +455,8 @@ try:
     common_sinusoidal(50, 7)
 except RuntimeError as error:
     print("d_model = 7:", type(error).__name__, "-", error)
+else:
+    raise AssertionError("the common code must fail for d_model = 7")
 
 # %% [markdown]
 # With $E = 7$ there are 4 frequencies (columns 0, 2, 4, 6 take sines) but
@@ -475,6 +488,8 @@ try:
     attention.apply_rotary(torch.randn(4, 7))
 except ValueError as error:
     print("ValueError:", error)
+else:
+    raise AssertionError("apply_rotary must reject an odd head size")
 
 # %% [markdown]
 # ## Summary
@@ -513,8 +528,9 @@ except ValueError as error:
 #
 # **Answers.** (1) It falls much faster: about 22 by $k = 10$, and it
 # first turns negative around $k = 60$, because with base 100 even the
-# slowest pair repeats every $2\pi \cdot 100 \approx 630$ positions, so no
-# column stays nearly constant. (2) They agree to float32 precision: each
+# slowest pair, $i = 63$, repeats every
+# $2\pi \cdot 100^{126/128} \approx 585$ positions, so no column stays
+# nearly constant. (2) They agree to float32 precision: each
 # pair is rotated, and rotations keep lengths. (3) The weights are
 # proportional to $e^{-d/2}$ for distances $d = 0, 1, \dots$, so the share
 # of $d \ge 21$ is $e^{-21/2} \approx 2.8 \times 10^{-5}$: a steep head

@@ -193,14 +193,20 @@ ne, pas = source_words[0].index("ne"), source_words[0].index("pas")
 print(f"don't -> ne {w[1, ne]:.3f}, pas {w[1, pas]:.3f}")
 assert w[1, ne] > 0.25 and w[1, pas] > 0.25
 print("row sums   :", [round(x, 2) for x in w.sum(dim=-1).tolist()])
-print("column sums:", [round(x, 2) for x in w.sum(dim=0).tolist()])
+column_sums = w.sum(dim=0)  # (S,)
+print("column sums:", [round(x, 2) for x in column_sums.tolist()])
 torch.testing.assert_close(w.sum(dim=-1), torch.ones(L))
+de, dot = source_words[0].index("de"), source_words[0].index(".")
+assert column_sums[de] < 0.1 and column_sums[dot] < 0.1  # read by nobody
+# ne and pas share one query's weight: neither column reaches 1
+assert column_sums[ne] < 0.9 and column_sums[pas] < 0.9
 
 # %% [markdown]
 # Rows sum to 1 (each target token distributes one unit of attention), but
-# columns need not: *pas* is read by one query at half weight, *de* and "."
-# by nobody. The heatmap shows the alignment: target tokens down the side,
-# source tokens along the bottom, a $4 \times 7$ rectangle.
+# columns need not: *ne* and *pas* share the weight of the one query that
+# reads them, so neither column sums to 1, and *de* and "." are read by
+# practically nobody. The heatmap shows the alignment: target tokens down
+# the side, source tokens along the bottom, a $4 \times 7$ rectangle.
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 3.6), layout="constrained")
@@ -607,10 +613,11 @@ assert gap > 0.1
 # **Answers**
 #
 # 1. At 0.5 every row is close to uniform (the largest weight is about
-#    0.2, against $1/7 \approx 0.14$ for a uniform row), and the output no
-#    longer names the right concept. At 20 each row is nearly one-hot, and
-#    "don't" gives about 0.9 to *pas*: between two almost equal scores the
-#    noise decides, and a large gain amplifies it.
+#    0.2, against $1/7 \approx 0.14$ for a uniform row), and the output can
+#    name the wrong concept ("I" receives *not*). At 20 each row is nearly
+#    one-hot, and "don't" gives most of its weight to one of *ne* and *pas*
+#    (0.9 to *pas* with this page's seed): between two almost equal scores
+#    the noise decides, and a large gain amplifies the difference.
 # 2. The mask is inverted. The first sentence has no key left, so its
 #    attention output is zero and the layer returns the output
 #    projection's bias (zero at initialisation); the second sentence may

@@ -222,7 +222,8 @@ torch.testing.assert_close(out_raw, ref)
 # ## 8. A picture of the weights
 #
 # [`attention.plot_attention`](../../reference/viz/#attention.viz.plot_attention)
-# draws $P$ with queries down the side and keys along the top. Next to it, the
+# draws $P$ with one row per query (the y axis) and one column per key (the x
+# axis, labelled along the bottom). Next to it, the
 # weights of the unscaled version: only row 1 changes.
 
 # %%
@@ -251,8 +252,9 @@ ax = attention.plot_attention(
 #
 # ## Exercises
 #
-# Work each one on paper first, then scroll down to its answer; each answer
-# ends with a code cell that checks the hand numbers.
+# Work each one on paper first. Below the list, each exercise has a folded
+# answer (click it open once you have your own numbers) and a code cell to run
+# that checks the hand values with `assert`.
 #
 # 1. **Causal mask.** Let query $i$ see only keys $0..i$. Recompute $P$ and
 #    the output by hand. *Hint:* a masked score becomes $-\infty$ and
@@ -271,15 +273,23 @@ ax = attention.plot_attention(
 #    mask that hides key 2, compute $P$ and the output. *Hint:* $D = 3$
 #    and $1/\sqrt{3} \approx 0.5774$.
 #
-# The answers follow, one exercise at a time.
+# The answers follow, one exercise at a time, folded so that you can work
+# the next one without seeing it.
 
 # %% [markdown]
-# ### Answer to exercise 1
+# ### Exercise 1: causal mask
+#
+# <details><summary>Answer to exercise 1</summary>
 #
 # The mask removes only $(0, 1)$: query 0 may not see key 1. Row 0 becomes
 # $\operatorname{softmax}(0.7071, -\infty) = (e^{0.7071}, 0) / e^{0.7071}
 # = (1, 0)$, so $o_0 = v_0 = (2, 0)$. Row 1 keeps both keys and is unchanged:
 # $(0.6698, 0.3302)$ and $o_1 = (1.3395, 0.9907)$.
+#
+# </details>
+#
+# Run the next cell to check the answer to exercise 1 against the
+# package and PyTorch.
 
 # %%
 mask = attention.causal_mask(2)  # True = may attend
@@ -293,7 +303,9 @@ ref = torch_sdpa(Q, K, V, is_causal=True)
 torch.testing.assert_close(out_c, ref)
 
 # %% [markdown]
-# ### Answer to exercise 2
+# ### Exercise 2: two identical keys
+#
+# <details><summary>Answer to exercise 2</summary>
 #
 # With $k_0 = k_1 = (1, 1)$, every query gets the same score on both keys
 # ($q_0 \cdot k = 1$ and $q_1 \cdot k = 1$), so every row of $P$ is
@@ -301,6 +313,11 @@ torch.testing.assert_close(out_c, ref)
 # $(1, 1.5)$, whatever $Q$ is. Attention tells keys apart only by their
 # content: two keys with the same vector always get the same weight, so no
 # query can pick $v_0$ over $v_1$.
+#
+# </details>
+#
+# Run the next cell to check the answer to exercise 2 against the
+# package and PyTorch.
 
 # %%
 K2 = torch.tensor([[1.0, 1.0], [1.0, 1.0]])  # k0 = k1
@@ -316,7 +333,9 @@ mean_v = V.mean(dim=0).expand(4, 2)
 torch.testing.assert_close(sdpa(Q_any, K2, V), mean_v)
 
 # %% [markdown]
-# ### Answer to exercise 3
+# ### Exercise 3: scale and shift
+#
+# <details><summary>Answer to exercise 3</summary>
 #
 # (a) $P$ depends only on $Q$ and $K$, so it does not change; the output is
 # linear in $V$ and becomes 10 times larger:
@@ -332,6 +351,11 @@ torch.testing.assert_close(sdpa(Q_any, K2, V), mean_v)
 #
 # The code adds the 5 as a float `attn_mask`, which both functions add to the
 # scaled scores.
+#
+# </details>
+#
+# Run the next cell to check the answer to exercise 3 against the
+# package and PyTorch.
 
 # %%
 # (a) ten times the values
@@ -360,7 +384,9 @@ print("P with 5 added to column 0:", changed, sep="\n")
 assert not torch.allclose(changed, P)
 
 # %% [markdown]
-# ### Answer to exercise 4
+# ### Exercise 4: temperature
+#
+# <details><summary>Answer to exercise 4</summary>
 #
 # Multiplying by 100 gives row 1 the scores $(70.71, 0)$: $p_1 = 1 / (1 +
 # e^{70.71}) \approx 2 \times 10^{-31}$, so row 1 is one-hot $(1, 0)$ and
@@ -373,6 +399,11 @@ assert not torch.allclose(changed, P)
 # The `scale` argument sets the factor in front of $Q K^\top$, so "scaled
 # scores times $t$" is `scale = t / sqrt(2)`. The plot follows the weight
 # on key 0 as $t$ goes from 0.01 to 100.
+#
+# </details>
+#
+# Run the next cell to check the answer to exercise 4 against the
+# package and PyTorch.
 
 
 # %%
@@ -401,7 +432,9 @@ ax.set_title("Low temperature: softmax becomes argmax")
 legend = ax.legend()
 
 # %% [markdown]
-# ### Answer to exercise 5
+# ### Exercise 5: padding, 3 by 3
+#
+# <details><summary>Answer to exercise 5</summary>
 #
 # The scores that matter involve keys 0 and 1 only, since the mask sends
 # every score on key 2 to $-\infty$. With $Q = I_3$, $q_i \cdot k_j$ is entry
@@ -420,6 +453,11 @@ legend = ax.legend()
 # but a model ignores it, e.g. in the loss.)
 # [`attention.padding_mask`](../../reference/masks/#attention.masks.padding_mask)
 # builds the mask from the sequence length: True at the two real positions.
+#
+# </details>
+#
+# Run the next cell to check the answer to exercise 5 against the
+# package and PyTorch.
 
 # %%
 Q3 = torch.eye(3)

@@ -24,7 +24,7 @@
 # The tools are [`attention.KVCache`](../../reference/kv_cache/#attention.kv_cache.KVCache)
 # and the `kv_cache=` argument of
 # [`attention.CausalSelfAttention`](../../reference/multi_head/#attention.multi_head.CausalSelfAttention).
-# Runs in about 10 seconds on a CPU, most of it in the timing of section 6.
+# Runs in about 8 seconds on a CPU, most of it in the timing of section 6.
 
 # %%
 import time
@@ -388,19 +388,28 @@ ax.set(
 _ = ax.legend()
 
 # %% [markdown]
-# The time without a cache grows about as $n^2$ (each of $n$ steps
-# reprocesses a prefix of length up to $n$; the $n^3$ attention term is
-# still smaller than the projections' $n^2$ term while $n \le E$), the time
-# with a cache about as $n$. The measured speed-up is far smaller than the FLOP
-# ratio of the table above: a cached step does so little arithmetic that
-# its time is mostly fixed cost per call (Python, PyTorch's dispatch, the
-# allocation of small tensors). Two more costs hide in the cached step:
-# `KVCache.append` concatenates, copying the cache once per step ($O(tE)$,
-# the same order as the attention itself; production caches preallocate
-# the slots instead), and the cache has to be kept in memory, which is the
-# subject of the next section. Your numbers will differ from run to run;
-# the ratio between the two curves, measured in one process, is what to
-# read.
+# Read the printed log-log slopes (also in the legend): a time that grows
+# as $n^a$ is a line of slope $a$ on these axes. The FLOP counts predict
+# slope 2 without a cache (each of $n$ steps reprocesses a prefix of length
+# up to $n$; the $n^3$ attention term is still smaller than the
+# projections' $n^2$ term while $n \le E$) and slope 1 with it. Expect the
+# cached slope near 1, and the uncached slope between 1 and 2, often well
+# below 2 at these small $n$: every step also pays a fixed cost per call
+# (Python, PyTorch's dispatch, the allocation of small tensors) that does
+# not grow with the prefix. That cost adds a term linear in $n$ to both
+# curves, and for short prefixes it is a large part of the uncached time
+# too, so the curve bends towards slope 2 only as $n$ grows. The same fixed
+# cost is why the measured speed-up is far smaller than the FLOP ratio of
+# the table above: a cached step does so little arithmetic that its time is
+# mostly overhead.
+#
+# Two more costs hide in the cached step: `KVCache.append` concatenates,
+# copying the cache once per step ($O(tE)$, the same order as the attention
+# itself; production caches preallocate the slots instead), and the cache
+# has to be kept in memory, which is the subject of the next section.
+# Timings on a shared machine vary from run to run, so nothing in this
+# section asserts on them; compare the two curves of one run, measured in
+# one process, rather than the seconds.
 #
 # ## 7. The memory the cache costs
 #
@@ -483,9 +492,11 @@ for label, kv_heads in (
 #   mask is **bottom-right** aligned; PyTorch's `is_causal=True` is top-left
 #   and, with one query, lets it see only the first key. The new tokens'
 #   positional encodings also start at the cache length.
-# - A step costs $O(E^2 + tE)$ with a cache instead of $O(tE^2 + t^2E)$;
-#   generating $n$ tokens goes from about $n^2$ to about $n$ in time, as
-#   measured.
+# - A step costs $O(E^2 + tE)$ with a cache instead of $O(tE^2 + t^2E)$
+#   (counted and asserted in section 6), so generating $n$ tokens goes from
+#   about $n^2$ to about $n$ in arithmetic. The measured times follow only
+#   roughly (see the slopes printed in section 6): at small $n$ the fixed
+#   cost of each call pulls the uncached slope below 2.
 # - The price is memory: $2 \cdot \text{layers} \cdot H_{kv} \cdot D$ numbers
 #   per token, which grouped-query and multi-query attention cut by
 #   $H / H_{kv}$.
