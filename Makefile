@@ -47,9 +47,9 @@ serve: $(INSTALLED) ## Build and serve the site with live reload at http://127.0
 	ATTENTION_NOTEBOOK_CACHE=true $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
 # Full run on an idle machine (other processes on the cores distort every time):
-# all implementations, n = 256 ... 8192, about 12 minutes on two cores.
+# all implementations, n = 256 ... 8192, about 15 minutes on two cores.
 .PHONY: bench
-bench: $(INSTALLED) ## Benchmark attention (about 12 min) into benchmarks/results/latest.json
+bench: $(INSTALLED) ## Benchmark attention (about 15 min) into benchmarks/results/latest.json
 	$(BIN)/python benchmarks/attention_bench.py --out benchmarks/results/latest.json \
 		--plot build/bench/latest.png
 

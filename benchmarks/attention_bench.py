@@ -84,7 +84,7 @@ from attention import (
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: adds "accuracy" and "paired_ratios"
 FORWARD, BACKWARD = "forward", "forward+backward"
 MODES = (FORWARD, BACKWARD)
 FULL_SIZES = (256, 512, 1024, 2048, 4096, 8192)
@@ -184,7 +184,9 @@ class Config:
     head_dim: int = 64
     window: int = 256
     budget_s: float = 0.3  # minimum measuring time per point (blocked_autorange)
-    min_repeats: int = 3  # timed calls per point at least
+    # Timed calls per point at least. Calls of a second or more get exactly this many,
+    # so it sets how far one disturbed call can move a median (5: two of five).
+    min_repeats: int = 5
     matmul_sizes: tuple[int, ...] = (2048, 4096)
     memory: bool = True
     # The implementations that materialise (B, H, n, n) matrices run backward, and with
@@ -292,6 +294,84 @@ def make_step(point: Point, config: Config) -> Callable[[], None]:
         function(q, k, v).backward(grad_out)
 
     return backward_step
+
+
+def paired_ratio(point: Point, reference: Point, config: Config, rounds: int = 9) -> dict[str, Any]:
+    """Median over ``rounds`` of (time of ``point``) / (time of ``reference``), interleaved.
+
+    Timing one implementation's calls and then the other's lets a burst of load from
+    another process land on one side only; alternating single calls exposes both to
+    the same conditions, so the ratio that decides a target is far steadier than the
+    ratio of two medians taken minutes apart.
+    """
+    steps = [make_step(point, config), make_step(reference, config)]
+    for step in steps:
+        step()  # warm up: lazy initialisation, first use of the buffers
+    ratios = []
+    for _ in range(rounds):
+        times = []
+        for step in steps:
+            started = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - started)
+        ratios.append(times[0] / times[1])
+    q1, median, q3 = np.percentile(ratios, [25, 50, 75])
+    return {
+        "implementation": point.implementation,
+        "reference": reference.implementation,
+        "n": point.n,
+        "causal": point.causal,
+        "mode": point.mode,
+        "ratio": float(median),
+        "iqr": float(q3 - q1),
+        "rounds": rounds,
+    }
+
+
+# --- accuracy ---------------------------------------------------------------------------
+
+ACCURACY_N = 1024  # float64 references of (1, 8, n, n) at 1024: 64 MiB, a second
+
+
+def measure_accuracy(config: Config, n: int = ACCURACY_N) -> list[dict[str, Any]]:
+    """Errors against float64, and gradients against SDPA's in float64, at length ``n``.
+
+    FlashAttention's own criterion: the tiled result in float32 may be no further from
+    a float64 reference than twice the textbook float32 result is. Its gradients,
+    computed in float64, must equal those of ``F.scaled_dot_product_attention`` to
+    rounding (a wrong backward formula is off by far more than 1e-8).
+    """
+    generator = torch.Generator().manual_seed(config.seed)
+    shape = (config.batch, config.heads, n, config.head_dim)  # (B, H, n, D)
+    q, k, v, grad_out = (torch.randn(shape, generator=generator) for _ in range(4))
+    rows = []
+    for causal in config.causal:
+        with torch.no_grad():
+            exact = naive_attention(q.double(), k.double(), v.double(), causal)
+            naive_error = (naive_attention(q, k, v, causal).double() - exact).abs().max()
+            flash_error = (flash_attention(q, k, v, is_causal=causal).double() - exact).abs().max()
+
+        def gradients(fn: Callable[..., torch.Tensor], causal: bool = causal) -> list[torch.Tensor]:
+            leaves = [t.double().requires_grad_() for t in (q, k, v)]
+            fn(*leaves, is_causal=causal).backward(grad_out.double())
+            return [t.grad for t in leaves if t.grad is not None]
+
+        differences = zip(
+            gradients(flash_attention), gradients(F.scaled_dot_product_attention), strict=True
+        )
+        rows.append(
+            {
+                "n": n,
+                "causal": causal,
+                "naive_max_error": naive_error.item(),
+                "flash_max_error": flash_error.item(),
+                "error_ratio": (flash_error / naive_error).item(),
+                "gradient_max_difference_float64": max(
+                    (ours - theirs).abs().max().item() for ours, theirs in differences
+                ),
+            }
+        )
+    return rows
 
 
 # --- cost model -------------------------------------------------------------------------
@@ -631,7 +711,16 @@ def run_benchmark(
     created = datetime.datetime.now(datetime.timezone.utc)
     points, skipped = plan(config)
     memory_points = points if config.memory else []
-    bar = Progress(len(points) + len(memory_points) + 2, enabled=progress)
+    pairs = [
+        (Point(name, n, causal, mode), Point("sdpa", n, causal, mode))
+        for _, name, n, mode, unit, _ in TARGETS
+        if unit == "ratio"
+        and {name, "sdpa"} <= set(config.implementations)
+        and n in config.sizes
+        and mode in config.modes
+        for causal in config.causal
+    ]
+    bar = Progress(len(points) + len(memory_points) + len(pairs) + 3, enabled=progress)
 
     calibration = (min(config.budget_s, 0.5), max(config.min_repeats, 1))
     matmul = measure_matmul_peak(config.matmul_sizes, *calibration)
@@ -640,6 +729,8 @@ def run_benchmark(
     bandwidth = measure_copy_bandwidth(mib, *calibration)
     first_touch = measure_first_touch(mib, *calibration)
     bar.update("copy and first-touch bandwidth")
+    accuracy = measure_accuracy(config) if "flash" in config.implementations else []
+    bar.update("accuracy against float64")
 
     records: dict[Point, dict[str, Any]] = {}
     for point in points:
@@ -655,6 +746,10 @@ def run_benchmark(
             "fraction_of_matmul_peak": gflops / matmul["peak_gflops"],
             "peak_extra_bytes": None,
         }
+    paired = []
+    for point, reference in pairs:
+        paired.append(paired_ratio(point, reference, config))
+        bar.update("paired " + point.label())
     if memory_points:
         with fresh_processes() as context:
             for point in memory_points:
@@ -684,6 +779,8 @@ def run_benchmark(
         "matmul": matmul,
         "copy_bandwidth": bandwidth,
         "first_touch": first_touch,
+        "accuracy": accuracy,
+        "paired_ratios": paired,
         "implementations": {
             name: {"label": IMPLEMENTATIONS[name].label, "description": impl.description}
             for name, impl in IMPLEMENTATIONS.items()
@@ -962,28 +1059,66 @@ TARGETS = (
         1.6,
     ),
 )
+# (what, key in an accuracy row, limit); the value may not exceed the limit.
+ACCURACY_TARGETS = (
+    (
+        f"flash_attention max error / naive's, against float64, n = {ACCURACY_N}",
+        "error_ratio",
+        2.0,
+    ),
+    (
+        f"flash_attention gradients - SDPA's, in float64, n = {ACCURACY_N}",
+        "gradient_max_difference_float64",
+        1e-8,
+    ),
+)
 
 
 def check_targets(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """The project's performance targets against a results file (no mask)."""
+    """The project's five targets against a results file.
+
+    Time and memory are read without a mask; a time ratio is the interleaved one of
+    `paired_ratio` where the file has it, else the ratio of the two medians. Accuracy
+    is the worse of the runs with and without a causal mask.
+    """
     rows = []
     for what, name, n, mode, unit, limit in TARGETS:
         record, sdpa = find(data, name, n, mode), find(data, "sdpa", n, mode)
+        paired = [
+            row
+            for row in data.get("paired_ratios", [])
+            if (row["implementation"], row["n"], row["mode"], row["causal"])
+            == (name, n, mode, False)
+        ]
         value: float | None = None
-        if unit == "ratio" and record is not None and sdpa is not None:
+        if unit == "ratio" and paired:
+            value = paired[0]["ratio"]
+        elif unit == "ratio" and record is not None and sdpa is not None:
             value = record["median_s"] / sdpa["median_s"]
         elif unit == "mib" and record is not None and record.get("peak_extra_bytes") is not None:
             value = record["peak_extra_bytes"] / MiB
-        rows.append(
-            {
-                "target": what,
-                "limit": limit,
-                "unit": unit,
-                "value": value,
-                "met": None if value is None else bool(value < limit),
-            }
-        )
+        rows.append(_target_row(what, limit, unit, value))
+    accuracy = data.get("accuracy", [])  # empty when flash_attention was not benchmarked
+    for what, key, limit in ACCURACY_TARGETS:
+        value = max((row[key] for row in accuracy), default=None)
+        unit = "ratio" if key == "error_ratio" else "absolute"
+        rows.append(_target_row(what, limit, unit, value, inclusive=True))
     return rows
+
+
+def _target_row(
+    what: str, limit: float, unit: str, value: float | None, inclusive: bool = False
+) -> dict[str, Any]:
+    met = None if value is None else bool(value <= limit if inclusive else value < limit)
+    bound = "≤" if inclusive else "<"
+    return {
+        "target": what,
+        "bound": bound,
+        "limit": limit,
+        "unit": unit,
+        "value": value,
+        "met": met,
+    }
 
 
 # --- command line -----------------------------------------------------------------------
@@ -1060,9 +1195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.write_text(json.dumps(_rounded(data), indent=1) + "\n")
     print(f"wrote {args.out} ({data['run']['duration_s']:.0f} s)")
     for row in check_targets(data):
-        value = "not measured" if row["value"] is None else f"{row['value']:.2f}"
+        value = "not measured" if row["value"] is None else f"{row['value']:.3g}"
         verdict = {None: "", True: "met", False: "NOT met"}[row["met"]]
-        print(f"  {row['target']}: {value} (target < {row['limit']}) {verdict}")
+        print(f"  {row['target']}: {value} (target {row['bound']} {row['limit']:g}) {verdict}")
     if args.plot:
         import matplotlib
 

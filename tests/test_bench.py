@@ -58,7 +58,8 @@ def results(tmp_path_factory) -> dict:
 
 def test_the_results_file_has_the_documented_schema(results, bench):
     assert results["schema"] == bench.SCHEMA_VERSION
-    assert {"created", "machine", "run", "conventions", "matmul", "copy_bandwidth"} <= set(results)
+    expected = {"created", "machine", "run", "conventions", "matmul", "copy_bandwidth", "accuracy"}
+    assert expected <= set(results)
     machine = results["machine"]
     for key in ["cpu_model", "logical_cpus", "python", "torch", "numpy", "torch_threads"]:
         assert machine[key], key
@@ -112,6 +113,41 @@ def test_peak_memory_sees_the_n_by_n_matrix_and_its_absence(results, bench):
     assert one_matrix <= naive <= 4 * one_matrix
     assert numpy >= one_matrix  # NumPy's allocations are seen too
     assert flash < naive / 2  # no n x n matrix: tiles of 256 x 256 and the output
+
+
+def test_accuracy_is_recorded_against_float64_and_meets_its_targets(results, bench):
+    rows = results["accuracy"]
+    assert [(row["n"], row["causal"]) for row in rows] == [(bench.ACCURACY_N, c) for c in (0, 1)]
+    for row in rows:
+        # float32 against float64: errors of a few ulps of the outputs, never zero.
+        assert 0 < row["naive_max_error"] < 1e-5 and 0 < row["flash_max_error"] < 1e-5
+        assert row["error_ratio"] == pytest.approx(
+            row["flash_max_error"] / row["naive_max_error"], rel=1e-3
+        )
+        assert row["error_ratio"] <= 2
+        assert row["gradient_max_difference_float64"] <= 1e-8
+
+
+def test_paired_ratio_interleaves_and_decides_the_time_targets(bench):
+    config = bench.Config(sizes=(64,), threads=1)
+    flash, sdpa = (bench.Point(name, 64, False, "forward") for name in ("flash", "sdpa"))
+    row = bench.paired_ratio(flash, sdpa, config, rounds=3)
+    assert row["rounds"] == 3 and row["ratio"] > 0 and row["iqr"] >= 0
+    assert (row["implementation"], row["reference"], row["n"]) == ("flash", "sdpa", 64)
+
+    # A paired ratio, where present, overrides the ratio of two separate medians.
+    record = {"n": 4096, "mode": "forward", "causal": False, "peak_extra_bytes": None}
+    data = {
+        "results": [
+            {**record, "implementation": "flash", "median_s": 3.0},
+            {**record, "implementation": "sdpa", "median_s": 1.0},
+        ],
+        "paired_ratios": [],
+    }
+    assert bench.check_targets(data)[0]["value"] == 3.0
+    data["paired_ratios"] = [{**row, "n": 4096, "ratio": 1.25}]
+    assert bench.check_targets(data)[0]["value"] == 1.25
+    assert bench.check_targets(data)[0]["met"] is True
 
 
 def test_attended_pairs_match_the_masks(bench):
@@ -176,7 +212,10 @@ def test_plots_and_tables_render_from_the_file(results, bench, tmp_path):
     assert "(1.00×)" in table.splitlines()[2 + IMPLEMENTATIONS.index("sdpa")]
     backward = bench.markdown_table(results, "time", "forward+backward")
     assert "flash, key blocks only" not in backward  # no point measured: no row
-    assert all(row["met"] is None for row in bench.check_targets(results))
+    targets = bench.check_targets(results)
+    timed = [row for row in targets if "time" in row["target"] or "memory" in row["target"]]
+    assert len(timed) == 3 and all(row["met"] is None for row in timed)  # no n = 2048 ... 8192
+    assert all(row["met"] is True for row in targets if row not in timed)  # accuracy: measured
     assert "quick (reduced) run" in bench.summary(results)
 
 
