@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import http.server
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -58,3 +59,29 @@ def site_url(built_site: Path) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+# Flags that work headless as root on a machine with no network (TOOLCHAIN.md).
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium for every browser test of the session."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    candidates = ("chromium", "chromium-browser", "google-chrome")
+    executable = next(filter(None, map(shutil.which, candidates)), None)
+    if executable is None:
+        pytest.fail("chromium is not installed: run `make browser` (or `make test`, which does it)")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()

@@ -9,7 +9,6 @@ vendored KaTeX, every image must load, and every internal link must point at a p
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from urllib.parse import urldefrag, urljoin, urlparse
 
@@ -20,16 +19,6 @@ sync_api = pytest.importorskip("playwright.sync_api")
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "build" / "screenshots"
 
-# Flags that work headless as root on a machine with no network (TOOLCHAIN.md).
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 # Runs in the page: what is left of the math after KaTeX, and how the images fared.
 INSPECT_PAGE = """() => {
@@ -118,18 +107,6 @@ class PageWatcher:
 
     def _on_page_error(self, error) -> None:
         self.errors.append(f"page error: {error}")
-
-
-@pytest.fixture(scope="module")
-def browser():
-    candidates = ("chromium", "chromium-browser", "google-chrome")
-    executable = next(filter(None, map(shutil.which, candidates)), None)
-    if executable is None:
-        pytest.fail("chromium is not installed: run `make browser` (or `make test`, which does it)")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 def test_every_page_renders_offline(browser, built_site: Path, site_url: str) -> None:
