@@ -8,6 +8,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Marker touched after a complete install; reinstall when the requirements change.
 INSTALLED := $(VENV)/.installed
+# The same for the Node tools of the tests (axe-core), pinned in package-lock.json.
+NODE_INSTALLED := node_modules/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 
 export NO_MKDOCS_2_WARNING := 1
@@ -32,13 +34,31 @@ install: $(INSTALLED) ## Create .venv and install the package with every pinned 
 browser: ## Install Debian's chromium for the browser tests if it is missing
 	@bash scripts/ensure_chromium.sh
 
+$(NODE_INSTALLED): package.json package-lock.json
+	@command -v npm >/dev/null || { echo "npm is missing: install Node.js (Debian: apt-get install nodejs npm)" >&2; exit 1; }
+	npm ci --no-audit --no-fund
+	touch $@
+
 .PHONY: test
-test: $(INSTALLED) browser ## Run the whole suite: unit, doctests, docs snippets, tutorials, strict build, browser
+test: $(INSTALLED) $(NODE_INSTALLED) browser ## Run the whole suite: unit, doctests, docs snippets, tutorials, strict build, browser
 	$(BIN)/python -m pytest
 
 .PHONY: docs
 docs: $(INSTALLED) ## Build the site into site/ (strict: any warning fails)
 	$(BIN)/mkdocs build --strict --site-dir site
+
+# Lighthouse lives in its own npm project so that `make test` never installs it.
+AUDIT_INSTALLED := scripts/audit/node_modules/.installed
+$(AUDIT_INSTALLED): scripts/audit/package.json scripts/audit/package-lock.json
+	@command -v npm >/dev/null || { echo "npm is missing: install Node.js (Debian: apt-get install nodejs npm)" >&2; exit 1; }
+	npm ci --prefix scripts/audit --no-audit --no-fund
+	touch $@
+
+# Not part of `make test`: the scores are a measurement (performance moves by several
+# points from run to run on a shared machine), not a pass/fail gate.
+.PHONY: audit
+audit: docs $(AUDIT_INSTALLED) browser ## Lighthouse (mobile) on four pages of site/; reports in build/audit/
+	$(BIN)/python scripts/audit.py --site site --out build/audit
 
 # The notebook cache keeps live reloads fast: a tutorial is re-executed only when it or
 # the package changes (scripts/mkdocs_hooks.py keys the cache on the package source).
@@ -81,5 +101,5 @@ lock: ## Re-resolve constraints.txt from pyproject.toml in a throwaway venv (tor
 
 .PHONY: clean
 clean: ## Remove the venv, the built site, caches and test artefacts
-	rm -rf $(VENV) site build .cache .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) node_modules scripts/audit/node_modules site build .cache .pytest_cache .mypy_cache .ruff_cache *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

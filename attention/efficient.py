@@ -209,9 +209,7 @@ def sliding_window_attention(
         ...     q, k, v, attn_mask=sliding_window_mask(100, window=10))
         >>> torch.allclose(out, dense, atol=1e-6)
         True
-
-        A window of one key: each query sees only its own position.
-
+        >>> # a window of one key: each query sees only its own position
         >>> torch.allclose(sliding_window_attention(q, k, v, window=1), v)
         True
     """
@@ -357,6 +355,10 @@ def linear_attention(
             ``chunk_size < 1``.
 
     Examples:
+        The first query sees only the first key, so its output is that value. The whole
+        output equals the quadratic form, with weights $\phi(q_i)^\top \phi(k_j)$ for
+        $j \le i$:
+
         >>> import torch
         >>> import torch.nn.functional as F
         >>> from attention import linear_attention
@@ -365,14 +367,8 @@ def linear_attention(
         >>> out = linear_attention(q, k, v, is_causal=True)
         >>> out.shape
         torch.Size([2, 50, 8])
-
-        The first query sees only the first key, so its output is that value:
-
         >>> torch.allclose(out[:, 0], v[:, 0], atol=1e-5)
         True
-
-        The same as the quadratic form, weights $\phi(q_i)^\top \phi(k_j)$ for $j \le i$:
-
         >>> weights = ((F.elu(q) + 1) @ (F.elu(k) + 1).transpose(-2, -1)).tril()
         >>> quadratic = weights @ v / (weights.sum(-1, keepdim=True) + 1e-6)
         >>> torch.allclose(out, quadratic, atol=1e-5)

@@ -151,6 +151,8 @@ def scaled_dot_product_attention(
 
         With one key and one query the weight is 1, so the output is that value:
 
+        >>> import torch
+        >>> from attention import scaled_dot_product_attention
         >>> scaled_dot_product_attention(torch.ones(1, 2), torch.ones(1, 2), torch.tensor([[5.0]]))
         tensor([[5.]])
     """

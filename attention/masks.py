@@ -84,6 +84,7 @@ def causal_mask(
 
         Two new queries over five keys, three of them cached:
 
+        >>> from attention import causal_mask
         >>> causal_mask(2, 5, alignment="bottom_right").int()
         tensor([[1, 1, 1, 1, 0],
                 [1, 1, 1, 1, 1]], dtype=torch.int32)

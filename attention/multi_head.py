@@ -105,10 +105,7 @@ class MultiHeadAttention(nn.Module):
         ((2, 5, 16), (2, 5, 5))
         >>> torch.allclose(weights.sum(dim=-1), torch.ones(2, 5))
         True
-
-        The same numbers as PyTorch's module with the same weights:
-
-        >>> torch_mha = mha.to_torch()
+        >>> torch_mha = mha.to_torch()  # PyTorch's module, with the same weights
         >>> expected, _ = torch_mha(x, x, x, need_weights=False)
         >>> torch.allclose(out, expected, atol=1e-6)
         True

@@ -154,6 +154,8 @@ def cosine_similarity(a: FloatArray, b: FloatArray) -> FloatArray:
 
         Three vectors against one, by broadcasting: orthogonal, parallel, opposite.
 
+        >>> import numpy as np
+        >>> from attention.numpy_reference import cosine_similarity
         >>> cosine_similarity(np.array([[5.0, 0.0], [0.0, 3.0], [0.0, -1.0]]), np.array([0.0, 2.0]))
         array([ 0.,  1., -1.])
     """
@@ -237,7 +239,11 @@ def scaled_dot_product_attention(
 
         Query 0 may see key 0 only, query 1 nothing at all:
 
-        >>> mask = np.array([[True, False, False], [False, False, False]])
+        >>> import numpy as np
+        >>> from attention.numpy_reference import scaled_dot_product_attention
+        >>> Q, K = np.ones((2, 4)), np.ones((3, 4))  # (L, D), (S, D)
+        >>> V = np.array([[1.0, 0], [0, 1], [1, 1]])  # (S, Dv)
+        >>> mask = np.array([[True, False, False], [False, False, False]])  # (L, S)
         >>> O, P = scaled_dot_product_attention(Q, K, V, mask)
         >>> P
         array([[1., 0., 0.],
@@ -461,8 +467,13 @@ def multi_head_attention(
 
         One head with identity projections is plain attention on ``x``:
 
-        >>> from attention.numpy_reference import scaled_dot_product_attention
-        >>> eye = np.eye(E)
+        >>> import numpy as np
+        >>> from attention.numpy_reference import (
+        ...     multi_head_attention,
+        ...     scaled_dot_product_attention,
+        ... )
+        >>> x = np.random.default_rng(0).standard_normal((2, 5, 12))  # (B, L, E)
+        >>> eye = np.eye(12)  # (E, E)
         >>> out, _ = multi_head_attention(x, x, x, eye, eye, eye, eye, num_heads=1)
         >>> np.allclose(out, scaled_dot_product_attention(x, x, x)[0])
         True

@@ -124,6 +124,7 @@ def sinusoidal_encoding(
 
         An odd width ends with a lone sine column, here $\sin(p / 10000^{2/3})$:
 
+        >>> from attention import sinusoidal_encoding
         >>> sinusoidal_encoding(2, 3)
         tensor([[0.0000, 1.0000, 0.0000],
                 [0.8415, 0.5403, 0.0022]])
@@ -291,7 +292,6 @@ def apply_rotary(x: Tensor, positions: Tensor | None = None, *, base: float = 10
             finite and positive.
 
     Examples:
-        >>> import math
         >>> import torch
         >>> from attention import apply_rotary
         >>> x = torch.tensor([[1.0, 0.0], [1.0, 0.0]])  # (L, D) = (2, 2): one pair
@@ -301,6 +301,9 @@ def apply_rotary(x: Tensor, positions: Tensor | None = None, *, base: float = 10
 
         Scores depend only on the distance between query and key positions:
 
+        >>> import math
+        >>> import torch
+        >>> from attention import apply_rotary
         >>> _ = torch.manual_seed(0)
         >>> q, k = torch.randn(1, 8), torch.randn(1, 8)  # (L, D), one row each
         >>> def score(m, n):
@@ -372,6 +375,7 @@ def alibi_slopes(
 
         Six heads: the four slopes for $H' = 4$, then the 1st and 3rd for $H' = 8$:
 
+        >>> from attention import alibi_slopes
         >>> alibi_slopes(6) * 256
         tensor([ 64.,  16.,   4.,   1., 128.,  32.])
     """
@@ -449,6 +453,7 @@ def alibi_bias(
 
         Two new queries at positions 3 and 4 over five keys (KV-cache decoding):
 
+        >>> from attention import alibi_bias
         >>> alibi_bias(8, 2, 5, alignment="bottom_right")[0]
         tensor([[-1.5000, -1.0000, -0.5000,  0.0000, -0.5000],
                 [-2.0000, -1.5000, -1.0000, -0.5000,  0.0000]])

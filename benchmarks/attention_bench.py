@@ -857,24 +857,44 @@ def _style(name: str) -> dict[str, Any]:
     return {"color": colors[i % len(colors)], "marker": markers[i % len(markers)]}
 
 
+# Size of the slope labels at the line ends, in points. The site shows the two-column
+# figure (8 in) shrunk to its 720 px column and enlarges any text below 10.24 pt to stay
+# readable (scripts/site_figures.py); drawn at this size they are never enlarged, so the
+# spacing computed for it is the spacing of the text on the page.
+_SLOPE_LABEL_PT = 10.5
+
+
 def _label_line_ends(ax: Any, ends: list[tuple[float, float, str, str]]) -> None:
-    """Write each line's slope right of its last point, spread so that none overlap."""
+    """Write each line's slope right of its last point, spread so that none overlap.
+
+    Call it once the figure is laid out: the spacing is one line of
+    ``_SLOPE_LABEL_PT`` text in the axes' final height. Labels of lines that end at
+    the same n share a column and are spread apart; columns at different n do not
+    meet, so each is spread on its own.
+    """
     if not ends:
         return
     low, high = (math.log10(v) for v in ax.get_ylim())
-    gap = 0.06 * (high - low)  # in decades: about one line of small text
-    ends = sorted(ends, key=lambda end: end[1])
-    levels = [math.log10(y) for _, y, _, _ in ends]
-    for i in range(1, len(levels)):  # push up what sits too close to the label below
-        levels[i] = max(levels[i], levels[i - 1] + gap)
-    if levels[-1] > high - gap / 2:  # then down again from the top of the panel
-        levels[-1] = high - gap / 2
-        for i in range(len(levels) - 2, -1, -1):
-            levels[i] = min(levels[i], levels[i + 1] - gap)
-    for (x, y, text, color), level in zip(ends, levels, strict=True):
-        ax.annotate(
-            text, (x, y), xytext=(x * 1.12, 10**level), fontsize=7.5, color=color, va="center"
-        )
+    height_pt = ax.get_window_extent().height * 72 / ax.figure.dpi
+    gap = 1.25 * _SLOPE_LABEL_PT / height_pt * (high - low)  # one line of text, in decades
+    for x_end in sorted({x for x, _, _, _ in ends}):
+        column = sorted((end for end in ends if end[0] == x_end), key=lambda end: end[1])
+        levels = [math.log10(y) for _, y, _, _ in column]
+        for i in range(1, len(levels)):  # push up what sits too close to the label below
+            levels[i] = max(levels[i], levels[i - 1] + gap)
+        if levels[-1] > high - gap / 2:  # then down again from the top of the panel
+            levels[-1] = high - gap / 2
+            for i in range(len(levels) - 2, -1, -1):
+                levels[i] = min(levels[i], levels[i + 1] - gap)
+        for (x, y, text, color), level in zip(column, levels, strict=True):
+            ax.annotate(
+                text,
+                (x, y),
+                xytext=(x * 1.12, 10**level),
+                fontsize=_SLOPE_LABEL_PT,
+                color=color,
+                va="center",
+            )
 
 
 def plot_results(data: dict[str, Any], combos: Sequence[tuple[str, bool]] | None = None) -> Figure:
@@ -900,6 +920,7 @@ def plot_results(data: dict[str, Any], combos: Sequence[tuple[str, bool]] | None
         squeeze=False,
     )
     handles: dict[str, Any] = {}
+    line_ends: list[tuple[Any, list[tuple[float, float, str, str]]]] = []
     for column, (mode, causal) in enumerate(combos):
         panels = (
             (axes[0, column], "median_s", 1e3, "median time (ms)"),
@@ -936,7 +957,7 @@ def plot_results(data: dict[str, Any], combos: Sequence[tuple[str, bool]] | None
                 ax.set_xticks(ns, [str(int(n)) for n in ns], fontsize=8)
                 ax.set_xticks([], minor=True)
             ax.grid(True, which="major", alpha=0.3)
-            _label_line_ends(ax, ends)
+            line_ends.append((ax, ends))
         axes[0, column].set_title(f"{mode}, {'causal' if causal else 'no mask'}", fontsize=10)
         axes[1, column].set_xlabel("sequence length n")
     fig.legend(
@@ -953,6 +974,9 @@ def plot_results(data: dict[str, Any], combos: Sequence[tuple[str, bool]] | None
         f" {data['created'][:10]}\nnumbers at the line ends: log-log slopes (upper half of n)",
         fontsize=8.5,
     )
+    fig.draw_without_rendering()  # lay the figure out: the labels are spaced in its units
+    for ax, ends in line_ends:
+        _label_line_ends(ax, ends)
     return fig
 
 

@@ -1,54 +1,146 @@
-"""MkDocs hooks for this site (registered under ``hooks:`` in mkdocs.yml)."""
+"""MkDocs hooks for this site (registered under ``hooks:`` in mkdocs.yml).
+
+- Tutorials: executed as notebooks before any page is rendered, several at once, and
+  served as Markdown pages (``scripts/notebooks.py``); the executed ``.ipynb`` and the
+  jupytext source are written next to each page for download.
+- Figures: every figure is rendered into the page as a ``data:`` URI by
+  ``scripts/site_figures.py``; here each one becomes a content-hashed SVG file under
+  ``assets/figures/``, loaded lazily, with its size declared (no layout shift) and the
+  ``#only-light`` / ``#only-dark`` fragment that makes Material show the render that
+  matches the reader's colour scheme.
+"""
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import logging
+import os
+import posixpath
+import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
-import jupytext
+import nbformat
+from mkdocs.plugins import event_priority
+from mkdocs.structure.files import File, Files
 
-PACKAGE = Path(__file__).resolve().parents[1] / "attention"
+SCRIPTS = str(Path(__file__).resolve().parent)
+sys.path.insert(0, SCRIPTS)  # MkDocs puts it there while it imports a hook, then removes it
+import notebooks  # noqa: E402
+
+log = logging.getLogger("mkdocs.hooks.tutorials")
+
+TUTORIAL = re.compile(r"^tutorials/\d\d_[^/]+\.py$")
+FIGURE_DIR = "assets/figures"
+DATA_IMG = re.compile(
+    r'<img src="data:image/svg\+xml;base64,(?P<data>[A-Za-z0-9+/=]+)" '
+    r'data-scheme="(?P<scheme>light|dark)"'
+)
+SVG_SIZE = re.compile(r'<svg[^>]*?width="([\d.]+)pt" height="([\d.]+)pt"')
+
+_executed: dict[str, notebooks.Executed] = {}
 
 
-def on_config(config: Any, **kwargs: Any) -> Any:
-    """Key mkdocs-jupyter's execution cache on the package source as well.
+class TutorialFile(File):
+    """A tutorial: its source is the jupytext ``.py`` (edit links point there), its
+    content the Markdown rendered from the executed notebook."""
 
-    The plugin's cache key covers only each notebook's own text, so after a change
-    to ``attention/`` it would replay outputs computed with the old code. When the
-    cache is on (``make serve``), give it a directory named after a hash of the
-    package source and drop the directories of older versions. ``mkdocs serve``
-    reloads the config on every rebuild, so this follows edits as they happen.
-    """
-    plugin = config.plugins.get("mkdocs-jupyter")
-    if plugin is None or not plugin.config["cache"]:
-        return config
-    digest = hashlib.sha256()
-    for source in sorted(PACKAGE.rglob("*.py")):
-        digest.update(source.relative_to(PACKAGE).as_posix().encode())
-        digest.update(source.read_bytes())
-    base = Path(plugin.config["cache_dir"])
-    current = base / f"package-{digest.hexdigest()[:16]}"
-    if base.is_dir():
-        for old in base.glob("package-*"):
-            if old != current:
-                shutil.rmtree(old, ignore_errors=True)
-    plugin.config["cache_dir"] = str(current)
-    return config
+    def is_documentation_page(self) -> bool:
+        return True
+
+    def is_static_page(self) -> bool:
+        return False
+
+    def is_media_file(self) -> bool:
+        return False
+
+    def is_javascript(self) -> bool:
+        return False
+
+
+def _cache_dir() -> Path | None:
+    # `make serve` turns the cache on so that a live reload does not re-run eleven
+    # kernels; its key covers the package and this pipeline, so it is never stale.
+    if os.environ.get("ATTENTION_NOTEBOOK_CACHE", "false").lower() not in ("1", "true"):
+        return None
+    return Path(".cache") / "notebooks"
+
+
+def on_page_markdown(markdown: str, **kwargs: Any) -> str:
+    """Keep scripts/ importable while pages render: the concept pages' executed blocks
+    publish their figures with ``from site_figures import publish``. (Set per page: other
+    plugins restore ``sys.path`` to copies they took earlier in the build.)"""
+    if SCRIPTS not in sys.path:
+        sys.path.insert(0, SCRIPTS)
+    return markdown
+
+
+def on_files(files: Files, config: Any) -> Files:
+    """Execute the tutorials and swap each ``.py`` for the page made from its run."""
+    sources = [f for f in files if TUTORIAL.match(f.src_uri)]
+    docs = Path(config["docs_dir"])
+    log.info("Executing %d tutorials (%d at a time)...", len(sources), os.cpu_count() or 1)
+    runs = notebooks.execute_all([docs / f.src_uri for f in sources], _cache_dir())
+    for file, run in zip(sources, runs, strict=True):
+        how = "from cache" if run.cached else f"in {run.seconds:.1f} s"
+        log.info("  %s %s", file.src_uri, how)
+        page = TutorialFile(file.src_uri, file.src_dir, file.dest_dir, file.use_directory_urls)
+        page.content_string = notebooks.to_markdown(run)
+        page.abs_src_path = file.abs_src_path  # edit links and `mkdocs serve` watch it
+        files.remove(file)
+        files.append(page)
+        _executed[file.src_uri] = run
+    return files
+
+
+def _figure_file(match: re.Match[str], page_url: str, site: Path) -> str:
+    svg = base64.b64decode(match["data"])
+    name = hashlib.sha256(svg).hexdigest()[:16] + ".svg"
+    target = site / FIGURE_DIR / name
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(svg)
+    size = SVG_SIZE.search(svg[:2000].decode(errors="replace"))
+    dims = ""
+    if size:  # points to CSS pixels: the browser reserves the box before it loads
+        width, height = (round(float(v) * 96 / 72) for v in size.groups())
+        dims = f' width="{width}" height="{height}"'
+    src = posixpath.relpath(f"{FIGURE_DIR}/{name}", page_url or ".")
+    return f'<img src="{src}#only-{match["scheme"]}" loading="lazy" decoding="async"{dims}'
+
+
+# First among the plugins: image zoom (glightbox) and the search index read the page's
+# HTML in this same event and must see files, not megabytes of data: URIs.
+@event_priority(100)
+def on_page_content(html: str, page: Any, config: Any, **kwargs: Any) -> str:
+    """Move every inline figure into its own file (see the module docstring)."""
+    if "data:image/svg+xml;base64," not in html:
+        return html
+    site = Path(config["site_dir"])
+    url = page.url.rstrip("/") if page.url else ""
+    return DATA_IMG.sub(lambda m: _figure_file(m, url, site), html)
 
 
 def on_post_build(config: Any, **kwargs: Any) -> None:
-    """Write an ``.ipynb`` next to each rendered tutorial, for the download button.
-
-    The tutorials are jupytext percent scripts; readers who use Jupyter want a
-    notebook. It is written without outputs: the reader runs it (the outputs shown on
-    the site come from executing the same source during this build).
-    """
-    docs = Path(config["docs_dir"])
+    """Offer each tutorial's source and executed notebook next to its page, and drop
+    what no reader will ever be sent."""
     site = Path(config["site_dir"])
-    for source in sorted(docs.glob("tutorials/[0-9][0-9]_*.py")):
-        notebook = jupytext.read(source)
-        target = site / "tutorials" / source.stem / f"{source.stem}.ipynb"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        jupytext.write(notebook, target, fmt="ipynb")
+    # Material ships lunr's stemmers for every language it supports; the search worker
+    # loads only those of the languages configured, and English needs none.
+    search = config.plugins.get("material/search") or config.plugins.get("search")
+    languages = set(search.config.lang or ["en"]) if search is not None else {"en"}
+    if languages == {"en"}:
+        shutil.rmtree(site / "assets" / "javascripts" / "lunr", ignore_errors=True)
+    # Source maps of the theme's minified bundles: for its developers' debuggers only.
+    for source_map in (site / "assets").rglob("*.map"):
+        source_map.unlink()
+    for run in _executed.values():
+        stem = run.source.stem
+        folder = site / "tutorials" / stem
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / run.source.name).write_bytes(run.source.read_bytes())
+        notebook = notebooks.for_download(run.notebook, config.get("repo_url"))
+        nbformat.write(notebook, folder / f"{stem}.ipynb")

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Re-vendor KaTeX from the npm registry into docs/assets/vendor/katex/.
 #
-# The site must render math with no network at all, so the renderer is committed to
-# the repository instead of loaded from a CDN. Run this only to change the version;
-# the tarball's checksum is verified against the registry's published integrity.
+# The site must render math with no network at all, so KaTeX is committed to the
+# repository instead of loaded from a CDN. katex.min.js typesets every formula at
+# build time (scripts/katex_hook.py runs it in Node.js) and is kept out of the built
+# site (exclude_docs in mkdocs.yml); readers get the CSS and fonts of the same
+# version, which the typeset HTML needs. Run this only to change the version; the
+# tarball's checksum is verified against the registry's published integrity.
 set -euo pipefail
 
 VERSION="0.16.22"
@@ -23,9 +26,8 @@ fi
 
 tar -xzf "$tarball" -C "$work"
 rm -rf "$DEST"
-mkdir -p "$DEST/contrib"
+mkdir -p "$DEST"
 cp "$work/package/dist/katex.min.js" "$work/package/dist/katex.min.css" "$DEST/"
-cp "$work/package/dist/contrib/auto-render.min.js" "$DEST/contrib/"
 # Only the woff2 fonts: every browser the site targets reads them, and they are
 # a third of the size of woff + ttf.
 mkdir -p "$DEST/fonts"

@@ -203,7 +203,7 @@ torch.testing.assert_close(out, theirs)
 # from here on.
 
 
-# %%
+# %% caption="Self-attention weights P of the five tokens the cat sat on mats with random projections (row = query token, column = key token, each cell labelled with its weight on a 0 to 1 colour scale). Every row sums to 1; with random weights the pattern means nothing, and the largest weight is cat reading itself, 0.44."
 fig, ax = plt.subplots(figsize=(5.5, 4.5))
 ax = attention.plot_attention(
     weights, query_labels=tokens, ax=ax, title="Self-attention weights P"
@@ -226,7 +226,7 @@ ax = attention.plot_attention(
 # causal, padding and combined masks, and the opposite convention of
 # `nn.MultiheadAttention`.
 
-# %%
+# %% caption="The same weights without a mask (left) and with the causal mask (right), each cell labelled. Under the mask everything above the diagonal is exactly 0.00, the first token puts all its weight (1.00) on itself, and the last token, mats, keeps the weights it had without the mask, spread over the whole sentence."
 mask = attention.causal_mask(L)
 print(mask)
 

@@ -107,7 +107,7 @@ print("fruit sentence:", tuple(X_fruit.shape), "(L, E)")
 # and, later, the projection matrices with it.
 
 
-# %%
+# %% caption="The embedding table of the fruit sentence: one row per token (I prefer apple over orange because it is less acidic), one column per hand-made feature, each cell labelled with its value. Every token has a 1 for its word class; apple and orange also have fruit = 1 and an acidity of 0.3 and 0.8, and acidic has acidity 1.0."
 def show_table(matrix, rows, columns, ax, title, xlabel, ylabel):
     """An annotated heatmap of any matrix with named rows and columns."""
     attention.plot_attention(
@@ -179,7 +179,7 @@ def plot_both(P_cat, P_fruit, how):
 # similarity of their embeddings, $x_i \cdot x_j / \sqrt{E}$. Here
 # $E = 9$, so every dot product is divided by 3.
 
-# %%
+# %% caption="Attention weights with identity projections (W = I) for The cat sat down (top) and the fruit sentence (bottom), on one 0 to 1 colour scale, each cell labelled with its weight. Both maps are nearly flat: every weight lies between 0.08 and 0.39, close to uniform, with a slightly brighter diagonal."
 for name, X in [("cat", X_cat), ("fruit", X_fruit)]:
     scores = X @ X.T / math.sqrt(E)  # (L, L)
     print(
@@ -212,7 +212,7 @@ fig = plot_both(P_cat_id, P_fruit_id, "W = I")
 # multiplies every score by 9: the rows get peaked enough to see who wins,
 # and the winners stay the same.
 
-# %%
+# %% caption="Attention weights of the fruit sentence with W_Q = W_K = 3I, each cell labelled with its weight. Every token reads its look-alikes: I and it split 0.42/0.42 between the two pronouns, prefer and is between the two verbs, over and because between the connectives, and apple puts more weight on orange (0.61) than on itself (0.39)."
 W_loud = 3.0 * torch.eye(E)
 Q_loud, K_loud = X_fruit @ W_loud, X_fruit @ W_loud
 S_loud = Q_loud @ K_loud.T  # (L, L) scores
@@ -274,7 +274,7 @@ ax = attention.plot_attention(
 # sharply a row picks its key (section 9 explains this). $W^V$ stays the
 # identity so that outputs remain in feature space, where we can read them.
 
-# %%
+# %% caption="The hand-chosen projections as tables of nine features (rows) by the four query/key dimensions fruit?, nominal?, noun? and verb? (columns). W_Q (left) has a 6 where a feature asks a question (pronoun asks fruit?, verb nominal?, article noun?, modifier verb?) and W_K (right) a 1 where a feature answers one (fruit answers fruit?, noun and pronoun nominal?, noun noun?, verb verb?)."
 QUESTIONS = ["fruit?", "nominal?", "noun?", "verb?"]
 D = len(QUESTIONS)  # query/key size
 ASKS = {
@@ -312,7 +312,7 @@ for ax, W, name in [
 # Now the same two sentences, with these projections:
 
 
-# %%
+# %% caption="Attention weights with the hand-chosen W_Q and W_K, each cell labelled: in The cat sat down (top) The reads cat, sat reads cat and down reads sat (0.87 each), while cat asks nothing and spreads 0.25 over all four. In the fruit sentence (bottom) I and it split 0.42/0.42 between apple and orange, prefer and is spread over the four nominal tokens, less and acidic read the two verbs, and the tokens that ask nothing have uniform rows of 0.10."
 def self_attention(X, W_q, W_k, W_v):
     """Weights (L, L) and outputs (L, Dv) of one self-attention head."""
     Q, K, V = X @ W_q, X @ W_k, X @ W_v
@@ -377,7 +377,7 @@ assert not torch.equal(scores, scores.T)
 # $\text{out}_i = \sum_j P_{ij} v_j$. Because $W^V = I$, it is still a
 # vector of our nine features, and we can read it.
 
-# %%
+# %% caption="Bar chart of the nine features of it before attention (its embedding, blue: pronoun = 1 and nothing else) and after (its attention output, orange): the output has almost lost the pronoun (0.04) and carries noun 0.83, fruit 0.83 and acidity 0.48, the average of apple's and orange's."
 print(f"{'feature':>10s}  embedding of 'it'  output of 'it'")
 for f, name in enumerate(FEATURES):
     print(f"{name:>10s}  {X_fruit[it, f]:17.2f}  {out_fruit[it, f]:14.2f}")
@@ -462,7 +462,7 @@ torch.testing.assert_close(out_fruit, torch_out)
 # draws it as bars. Here it is for the fruit sentence, with identity
 # projections and with ours:
 
-# %%
+# %% caption="L2 norm of each token's output row for the fruit sentence, with identity projections (top: every bar between about 0.5 and 0.67) and with the hand-chosen projections (bottom, same axis): I and it, which read the two fruits, reach 1.28, and the tokens that ask nothing (apple, over, orange, because) have the shortest bars, 0.53."
 fig, axes = plt.subplots(
     2, 1, figsize=(6.5, 6.4), layout="constrained", sharey=True
 )
@@ -526,7 +526,7 @@ print("bars after V * 10:", out_big.norm(dim=-1))
 # [`plot_attention_entropy`](../../reference/viz/#attention.viz.plot_attention_entropy)
 # draws it with a dashed line at $\log S$.
 
-# %%
+# %% caption="Entropy of each query's row of weights (bars, in nats) for the fruit sentence with identity projections (top) and the hand-chosen ones (bottom), with the dashed line at log S = log 10 ≈ 2.30 for a uniform row. With W = I every bar sits just under the line; with the hand-chosen projections apple, over, orange and because sit exactly on it, prefer and is are at 1.67, and I, it, less and acidic at 1.37."
 fig, axes = plt.subplots(
     2, 1, figsize=(6.5, 6.4), layout="constrained", sharey=True
 )
@@ -586,7 +586,7 @@ torch.testing.assert_close(
 # $\sqrt{D}$ is the right default for learned, random-looking vectors. The
 # `scale` argument of the package sets the factor directly.
 
-# %%
+# %% caption="Entropy of the rows of it, prefer and apple as the temperature τ goes from 0.05 to 20 (logarithmic axis), with the dashed line at log S ≈ 2.30 and dotted lines at τ = 1 (the default) and τ = 0.5 (no 1/√D). At low temperature it settles at log 2 ≈ 0.69 (two tied fruits) and prefer at log 4 ≈ 1.39 (four tied nominals); both rise to log S as τ grows, while apple, whose scores are all equal, stays on log S at every temperature."
 Q_f, K_f = X_fruit @ W_q, X_fruit @ W_k
 taus = np.logspace(-1.3, 1.3, 60)
 watch = ["it", "prefer", "apple"]

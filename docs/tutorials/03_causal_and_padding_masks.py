@@ -118,7 +118,7 @@ print(attention.mask_to_bias(mask))
 # become exactly 0, and each row still sums to 1 over the keys that are
 # left.
 
-# %%
+# %% caption="Head 0's attention weights for the sentence the cat sat on the mat without a mask (top) and with the causal mask (bottom), each cell labelled with its weight. Without the mask tokens also read later tokens (up to 0.29 above the diagonal); with it the upper triangle is exactly 0, the first token puts all its weight (1.00) on itself, and the last row, which may read every key, is unchanged."
 tokens = ["the", "cat", "sat", "on", "the", "mat"]
 x = embed([tokens])  # (1, L, E)
 q, k, v = qkv(x)  # (1, H, L, D) each
@@ -320,7 +320,7 @@ assert (P_wrong.sum(dim=-1)[pad_queries] == 0).all()  # empty pad rows
 # takes the logical *and*, broadcasting $(L, S)$ with $(B, 1, 1, S)$ to
 # $(B, 1, L, S)$.
 
-# %%
+# %% caption="Head 0's attention weights under the combined causal and padding mask for three sentences padded to 6 tokens, the cat sat on the mat (no padding), dogs bark (4 pads) and birds sing at dawn (2 pads), each cell labelled with its weight; bottom right, the combined mask of sentence 1 (1 = may attend). In every map the upper triangle and the pad columns are 0, while the pad rows still read the real tokens before them (0.5/0.5 on dogs and bark)."
 both = attention.combine_masks(attention.causal_mask(S), key_mask)
 print("combined:", tuple(both.shape))
 P_both = attention.attention_weights(q, k, attn_mask=both)  # (B, H, S, S)

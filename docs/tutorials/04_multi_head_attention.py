@@ -227,7 +227,7 @@ torch.testing.assert_close(mean_weights, weights.mean(dim=1))
 # One of them is a stand-in for work that an earlier layer would have done:
 # `preferred` marks *apple* as the thing that is preferred.
 
-# %%
+# %% caption="The embedding table X of the sentence I prefer apple over orange because it is less acidic: one row per token (L = 10), one column per readable feature (E = 8: fruit, preferred, taste, comparison, pronoun, reason, speaker, verb), shaded and labelled where non-zero. apple has fruit and preferred, orange only fruit, less has comparison 1 and taste 0.5, acidic taste 1."
 sentence = "I prefer apple over orange because it is less acidic"
 tokens = sentence.split(" ")
 features = [
@@ -259,13 +259,23 @@ for i, token in enumerate(tokens):
         X[i, features.index(name)] = value
 
 fig, ax = plt.subplots(figsize=(6, 4.2), layout="constrained")
-ax.imshow(X.numpy(), cmap="Greys", vmin=0, vmax=1.5)
+image = ax.imshow(X.numpy(), cmap="Greys", vmin=0, vmax=1.5)
 ax.set_xticks(range(E_s), features, rotation=45, ha="right")
 ax.set_yticks(range(L_s), tokens)
 ax.set_title("Embeddings X: one row per token (L = 10, E = 8)")
 for (i, j), value in np.ndenumerate(X.numpy()):
     if value:
-        ax.text(j, i, f"{value:g}", ha="center", va="center", color="w")
+        # white on dark grey cells, black on light ones (0.5 is a light grey)
+        r, g, b, _ = image.to_rgba(value)
+        dark = 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.5
+        ax.text(
+            j,
+            i,
+            f"{value:g}",
+            ha="center",
+            va="center",
+            color="w" if dark else "k",
+        )
 
 # %% [markdown]
 # ## 7. Four hand-built heads
@@ -299,7 +309,7 @@ for (i, j), value in np.ndenumerate(X.numpy()):
 # order decided by the heads rather than in the model's $E$ features,
 # where the next layer (and the residual connection) expect them.
 
-# %%
+# %% caption="The four hand-built heads' attention weights over the 10 tokens (rows = queries, columns = keys, one 0 to 1 colour scale): in fruit, apple, orange, less and acidic read the two fruits; in comparison, prefer, over and less share their weight; in pronoun, it puts almost all its weight on apple; in reason, because reads acidic (and a little less). Every row whose query is zero in a head, such as I in all four, is uniform."
 H_s = 4
 D_s = E_s // H_s  # 2: all heads have the same width
 gain = 6.0
@@ -404,7 +414,7 @@ torch.testing.assert_close(
 # token's score against another is the overlap of their whole embeddings.
 # It has the same number of parameters as the four heads together.
 
-# %%
+# %% caption="Attention weights (rows = queries, columns = keys, 0 to 1 colour scale) of one head over all 8 features with identity projections (left) and of the pronoun head (right). The single head is mostly a diagonal, every token reading itself and the tokens that share its features (apple and orange, prefer and over), and its row for it is itself plus an even haze; in the pronoun head, it reads apple with almost all its weight."
 eye = torch.eye(E_s)
 single = load(
     attention.MultiHeadAttention(E_s, 1, bias=False),
@@ -448,7 +458,7 @@ ax = attention.plot_attention(
 # the next layer receives. Both layers' outputs have one row per token and
 # one column per feature:
 
-# %%
+# %% caption="The output rows of both layers in grey (white 0, black 1.5), one row per token and one column per feature, one head (left) against four heads (right): with one head, it mostly gets its own pronoun feature back (0.48); through the four heads' pronoun head it carries apple's fruit (1.20) and preferred (1.08). The four heads write only into fruit, preferred, taste and comparison, with a grey haze in those columns for every token."
 fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), layout="constrained")
 for ax, result, title in (
     (axes[0], out_single, "One head: output rows"),
@@ -506,7 +516,7 @@ assert out_multi[because, taste] > 2 * out_single[because, taste]
 # sparse; a randomly initialised one, shown for contrast, mixes every head
 # into every output feature.
 
-# %%
+# %% caption="The output projection W^O (absolute values in grey, white = 0) in four row blocks of two rows, one per head (fruit, comparison, pronoun, reason), against the 8 output features. The hand-built W^O (left) has one black cell per row, each head writing its two value features back into the same two features (fruit and pronoun both into fruit and preferred), while a randomly initialised W^O (right) has every block write into every feature."
 with torch.no_grad():
     q_s = multi.q_proj(X).view(L_s, H_s, D_s).transpose(0, 1)  # (H, L, D)
     k_s = multi.k_proj(X).view(L_s, H_s, D_s).transpose(0, 1)  # (H, S, D)
@@ -528,8 +538,8 @@ print(f"max difference: {gap:.1e}")
 fig, axes = plt.subplots(1, 2, figsize=(8, 3.8), layout="constrained")
 Wo_random = torch.nn.init.xavier_uniform_(torch.empty(E_s, E_s))
 for ax, W, title in (
-    (axes[0], Wo_s, "hand-built $W^O$"),
-    (axes[1], Wo_random, "a randomly initialised $W^O$"),
+    (axes[0], Wo_s, "hand-built Wᴼ"),
+    (axes[1], Wo_random, "a randomly initialised Wᴼ"),
 ):
     ax.imshow(W.abs().numpy(), cmap="Greys")
     for h in range(1, H_s):
@@ -542,9 +552,7 @@ for ax, W, title in (
     )
     ax.set_xticks(range(E_s), features, rotation=45, ha="right")
     ax.set_title(f"|{title}|")
-_ = fig.suptitle(
-    "$W^O$ in row blocks, one per head: what each head writes"
-)
+_ = fig.suptitle("Wᴼ in row blocks, one per head: what each head writes")
 
 # %% [markdown]
 # How much each head writes into each token's output, as the length of
@@ -553,7 +561,7 @@ _ = fig.suptitle(
 # head for *it*, the reason head for *because*); the thin slices are the
 # haze of the idle heads:
 
-# %%
+# %% caption="Stacked bars of the length of each head's contribution ‖head_h W_h^O‖ to each token's output (fruit blue, comparison orange, pronoun green, reason red). The largest share comes from the head that looks for something on the token's behalf: pronoun for it, reason for because, comparison for prefer, over and less, fruit for apple, orange and acidic; the thin slices are the haze of the idle heads."
 norms = contributions.norm(dim=-1)  # (H, L)
 fig, ax = plt.subplots(figsize=(7, 3.6), layout="constrained")
 bottom = torch.zeros(L_s)
@@ -561,7 +569,7 @@ for h, name in enumerate(head_names):
     ax.bar(range(L_s), norms[h].numpy(), bottom=bottom.numpy(), label=name)
     bottom += norms[h]
 ax.set_xticks(range(L_s), tokens, rotation=45, ha="right")
-ax.set_ylabel(r"$\|\mathrm{head}_h\, W_h^O\|$ per token")
+ax.set_ylabel("‖headₕ Wₕᴼ‖ per token")
 ax.set_title("Who writes into each token's output")
 _ = ax.legend(fontsize=8, ncols=2)
 assert head_names[norms[:, it].argmax()] == "pronoun"
@@ -695,7 +703,7 @@ torch.testing.assert_close(by_hand, out_g)
 #    pronoun head's row for *it* look like now, and what arrives in *it*'s
 #    output?
 # 2. Build **one** head of width $D = E$ whose score matrix is the sum of
-#    the four heads' score matrices: $W^Q = $ `Wq_s` and $W^K = $ `Wk_s`,
+#    the four heads' score matrices: $W^Q$ is `Wq_s` and $W^K$ is `Wk_s`,
 #    as one head. Plot its weights. Which rows look like a single head of
 #    section 7, and which blur two heads together?
 # 3. Call `multi` with `need_weights=True` and the default

@@ -80,7 +80,7 @@ torch.testing.assert_close(pe, by_hand)
 # apart and slow ones tell apart positions far away. The line plot follows
 # a few columns down the positions.
 
-# %%
+# %% caption="Top: the sinusoidal encoding for 100 positions (rows) and 128 dimensions (columns) on a red–blue scale from −1 to 1; the left columns flicker from row to row and the right ones barely change. Bottom: five columns against position: 10 and 11 (period 13, a sine and a cosine a quarter period apart), 30 (period 54), 60 (period 471, a slow arc) and 120 (period about 35,000, nearly constant at 0)."
 columns = (10, 11, 30, 60, 120)
 fig, (top, bottom) = plt.subplots(
     2, 1, figsize=(9, 8), height_ratios=[1.3, 1], layout="constrained"
@@ -115,7 +115,7 @@ _ = bottom.legend(fontsize=8, loc="center left", bbox_to_anchor=(1, 0.5))
 # The matrix $\mathrm{PE}\,\mathrm{PE}^\top$ is therefore constant along
 # every diagonal:
 
-# %%
+# %% caption="Left: the 100×100 matrix of dot products PE(p)·PE(q) for E = 128 on a red–blue scale from −64 to 64: constant along every diagonal and largest, 64, on the main one. Right: one row, PE(50)·PE(50 + k) for offsets k from −50 to 49: a peak of 64 at k = 0, then a slow, rippling, symmetric decay to between about 30 and 35 at the ends."
 gram = pe @ pe.T  # (L, L): entry (p, q) is PE(p) . PE(q)
 for k in range(-(L - 1), L):
     diagonal = gram.diagonal(k)  # all pairs with q - p = k
@@ -210,7 +210,7 @@ assert gap_without < 1e-6
 # word and so on, and the same word at a different position is a
 # different vector. Now the outputs differ, and so do the attention maps:
 
-# %%
+# %% caption="Attention weights (labelled, 0 to 1 colour scale) of one random layer for dog bites man (left) and man bites dog (right), without positions (top) and with the sinusoidal encoding added (bottom). Without positions the right map is the left one with rows and columns reordered (dog reads man with 0.42 in both); with positions the numbers change (0.65 against 0.53)."
 pe_m = attention.sinusoidal_encoding(3, E_m)  # (L, E)
 out1_p, w1_p = self_attend(x1 + pe_m)
 out2_p, w2_p = self_attend(x2 + pe_m)
@@ -325,7 +325,7 @@ assert_constant_diagonals(rope_scores(start))
 # previous token are found in many trained language models.) With a
 # causal mask:
 
-# %%
+# %% caption="Attention weights of twelve identical tokens (rows = queries, columns = keys): without positions every row is uniform (left), and with RoPE each query weights itself and its near neighbours most, a band along the diagonal (middle). With the keys rotated one extra step and a causal mask (right), each query puts most of its weight on the token just before it, a band just below the diagonal."
 one_step = attention.apply_rotary(
     content, torch.ones(L_t, dtype=torch.long)
 )
@@ -386,7 +386,7 @@ torch.testing.assert_close(got, expected)
 # the largest weight shown, not at 1, so that the flat heads show any
 # pattern at all.)
 
-# %%
+# %% caption="ALiBi attention of twelve identical tokens for heads 0, 2, 4 and 7 of 8 (slopes m = 1/2, 1/8, 1/32, 1/256), on one colour scale that ends at the largest weight shown (about 0.39), not at 1. The steep head 0 concentrates each row on the diagonal and its neighbours; each shallower head spreads its weight more, and head 7 is almost uniform."
 same = content.expand(H_a, L_t, D_t)  # (H, L, D): identical tokens
 alibi = attention.attention_weights(
     same, same, attn_mask=bias
@@ -410,7 +410,7 @@ fig = attention.plot_attention_heads(
 # Each query now weighs the keys at or before it by
 # $e^{-m_h (i - j)}$, the nearest most.
 
-# %%
+# %% caption="The same four ALiBi heads combined with a causal mask, on a 0 to 1 colour scale: everything above the diagonal is 0, query 0 puts all its weight on itself, and each query weighs the keys at or before it by e^(−m(i − j)). Head 0 (m = 1/2) favours the nearest keys; head 7 (m = 1/256) spreads its weight almost evenly over the prefix."
 causal_alibi = attention.combine_masks(bias, attention.causal_mask(L_a))
 print("combined, head 0, query 3:", causal_alibi[0, 3].numpy())
 weights_c = attention.attention_weights(same, same, attn_mask=causal_alibi)

@@ -208,7 +208,7 @@ assert column_sums[ne] < 0.9 and column_sums[pas] < 0.9
 # practically nobody. The heatmap shows the alignment: target tokens down
 # the side, source tokens along the bottom, a $4 \times 7$ rectangle.
 
-# %%
+# %% caption="Cross-attention weights of the 4 target words I don't eat apples (rows) over the 7 source words je ne mange pas de pommes . (columns), each cell labelled with its weight. I reads je (0.94), eat reads mange (0.96) and apples reads pommes (0.98); don't splits its weight between ne (0.35) and pas (0.62), while de and the period are read by almost nobody."
 fig, ax = plt.subplots(figsize=(7, 3.6), layout="constrained")
 ax = attention.plot_attention(
     w,
@@ -283,7 +283,7 @@ print(f"max |head 0 - section 2| = {(weights[0, 0] - w).abs().max():.1e}")
 # random projections, spreads its attention without any reason. In a
 # trained model every head learns its own kind of alignment.
 
-# %%
+# %% caption="The layer's two heads on the same sentence pair, each cell labelled with its weight. Head 0 (planted projections, top) reproduces the alignment (I→je, don't→ne and pas, eat→mange, apples→pommes); head 1 (random projections, bottom) spreads every row almost evenly, 0.11 to 0.17 per key."
 fig = attention.plot_attention_heads(
     weights[0],
     ncols=1,
@@ -340,7 +340,7 @@ torch.testing.assert_close(w_masked.sum(dim=-1), torch.ones(B, H, L))
 # unpadded ($S = 5$), and nothing written into the padding slots can change
 # it:
 
-# %%
+# %% caption="Head 0's weights for the padded second sentence pair, you eat an apple over tu manges une pomme . and two <pad> keys, each cell labelled with its weight. Without a mask (top) some weight leaks onto the padding, 0.25 of the row of an on the last <pad>; with context_padding_mask (bottom) both <pad> columns are exactly 0 and each word reads its source word with 0.95 to 0.98."
 with torch.no_grad():
     alone = layer(Y[1:], Z[1:, :5])  # (1, L, E): no padding at all
     Z_garbage = Z.clone()

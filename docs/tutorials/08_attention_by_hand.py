@@ -226,7 +226,7 @@ torch.testing.assert_close(out_raw, ref)
 # axis, labelled along the bottom). Next to it, the
 # weights of the unscaled version: only row 1 changes.
 
-# %%
+# %% caption="The 2×2 attention weights of the hand-worked example, each cell labelled to four decimals: scaled, P = softmax(QKᵀ/√2) (left), and unscaled, softmax(QKᵀ) (right). Query 0 has a tie and keeps 0.5000/0.5000 in both; only row 1 changes, from 0.6698/0.3302 to the sharper 0.7311/0.2689."
 kw = {"query_labels": ["q0", "q1"], "key_labels": ["k0", "k1"]}
 kw["fmt"] = ".4f"  # four decimals, as on paper
 fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.4))
@@ -279,7 +279,7 @@ ax = attention.plot_attention(
 # %% [markdown]
 # ### Exercise 1: causal mask
 #
-# <details><summary>Answer to exercise 1</summary>
+# <details markdown="1"><summary>Answer to exercise 1</summary>
 #
 # The mask removes only $(0, 1)$: query 0 may not see key 1. Row 0 becomes
 # $\operatorname{softmax}(0.7071, -\infty) = (e^{0.7071}, 0) / e^{0.7071}
@@ -305,7 +305,7 @@ torch.testing.assert_close(out_c, ref)
 # %% [markdown]
 # ### Exercise 2: two identical keys
 #
-# <details><summary>Answer to exercise 2</summary>
+# <details markdown="1"><summary>Answer to exercise 2</summary>
 #
 # With $k_0 = k_1 = (1, 1)$, every query gets the same score on both keys
 # ($q_0 \cdot k = 1$ and $q_1 \cdot k = 1$), so every row of $P$ is
@@ -335,7 +335,7 @@ torch.testing.assert_close(sdpa(Q_any, K2, V), mean_v)
 # %% [markdown]
 # ### Exercise 3: scale and shift
 #
-# <details><summary>Answer to exercise 3</summary>
+# <details markdown="1"><summary>Answer to exercise 3</summary>
 #
 # (a) $P$ depends only on $Q$ and $K$, so it does not change; the output is
 # linear in $V$ and becomes 10 times larger:
@@ -386,7 +386,7 @@ assert not torch.allclose(changed, P)
 # %% [markdown]
 # ### Exercise 4: temperature
 #
-# <details><summary>Answer to exercise 4</summary>
+# <details markdown="1"><summary>Answer to exercise 4</summary>
 #
 # Multiplying by 100 gives row 1 the scores $(70.71, 0)$: $p_1 = 1 / (1 +
 # e^{70.71}) \approx 2 \times 10^{-31}$, so row 1 is one-hot $(1, 0)$ and
@@ -406,7 +406,7 @@ assert not torch.allclose(changed, P)
 # package and PyTorch.
 
 
-# %%
+# %% caption="Weight on key 0 as the scaled scores are multiplied by a factor t from 0.01 to 100 (logarithmic axis; the vertical line marks t = 1, the standard softmax). For query 1 (solid) it rises from 0.5 (uniform) through 0.67 at t = 1 to 1 (an argmax); for query 0 (dashed), whose two scores tie, it stays at 0.5 for every t."
 def weights_at(t):
     """P with the scaled scores multiplied by t."""
     return attention.attention_weights(Q, K, scale=t / math.sqrt(D))
@@ -434,7 +434,7 @@ legend = ax.legend()
 # %% [markdown]
 # ### Exercise 5: padding, 3 by 3
 #
-# <details><summary>Answer to exercise 5</summary>
+# <details markdown="1"><summary>Answer to exercise 5</summary>
 #
 # The scores that matter involve keys 0 and 1 only, since the mask sends
 # every score on key 2 to $-\infty$. With $Q = I_3$, $q_i \cdot k_j$ is entry

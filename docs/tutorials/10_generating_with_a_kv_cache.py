@@ -24,7 +24,7 @@
 # The tools are [`attention.KVCache`](../../reference/kv_cache/#attention.kv_cache.KVCache)
 # and the `kv_cache=` argument of
 # [`attention.CausalSelfAttention`](../../reference/multi_head/#attention.multi_head.CausalSelfAttention).
-# Runs in about 8 seconds on a CPU, most of it in the timing of section 6.
+# Runs in a few seconds on a CPU.
 
 # %%
 import time
@@ -160,7 +160,7 @@ torch.testing.assert_close(decoded, full)
 # explains both alignments. Here are the two masks for $L = 3$ new queries
 # over $S = 8$ keys.
 
-# %%
+# %% caption="The two causal masks for 3 new queries (positions 5, 6 and 7) over 8 keys, 1 where a query may attend. Bottom-right (top panel), right for a cache, lets the query at position 5 see keys 0 to 5 and the newest all 8; top-left (bottom panel), PyTorch's is_causal, lets the same queries see only key 0, keys 0 to 1 and keys 0 to 2."
 L_new, S_all = 3, 8
 masks = {
     "bottom-right (right for a cache)": attention.causal_mask(
@@ -330,86 +330,119 @@ with torch.no_grad():
 # $4 n^2 E^2 + \tfrac{4}{3} n^3 E$ FLOPs per layer, with a cache about
 # $8 n E^2 + 2 n^2 E$: the cache removes one power of $n$.
 #
-# Now the clock. We time the two generators of section 5 for
-# $n = 64, 128, 256$ new tokens ($E = 256$, $H = 4$, two layers, a prompt of
-# 8 tokens), taking the median of three runs of each. One decoding step is
-# a handful of small matrix products, too small to share between threads,
-# so this page runs on one thread (set at the top): the timing then
-# measures the algorithm rather than thread start-up and the other work on
-# the machine.
+# Now the clock, on the same steps as the table: one step of the same
+# layer at $t = 64, 128, 256, 512$, without the cache (the whole prefix
+# again) and with it (the new token only, the cache filled beforehand and
+# not timed), median of five. One decoding step is a handful of small
+# matrix products, too small to share between threads, so this page runs
+# on one thread (set at the top), and the clock is that thread's **CPU
+# time** (`time.thread_time`) rather than the time on the wall: it counts
+# only the work done for this page, so other programs running on the
+# machine (the site is built several pages at a time) barely move it.
 
 
-# %%
-def seconds(fn, *args):
-    start = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - start
+# %% caption="CPU time of one decoding step of one attention layer at sequence length t = 64, 128, 256 and 512 (E = 256, H = 4, one thread, median of 5 on the machine that built this page), without a cache (circles: the whole prefix again) and with the KV cache (squares: the new token only), on log–log axes. The legend gives each curve's fitted slope; the label above each uncached point is how many times longer it took than the cached step, far less than the FLOP ratio t."
+def cpu_seconds(fn, *args, **kwargs):
+    start = time.thread_time()
+    fn(*args, **kwargs)
+    return time.thread_time() - start
 
 
-ns = np.array([64, 128, 256])
-generators = (generate_without_cache, generate_with_cache)
+def step_seconds(t, repeats=5):
+    """Median CPU seconds of one step at length t: (no cache, cache)."""
+    x = torch.randn(1, t, E)
+    runs = []
+    for _ in range(repeats):
+        cache = attention.KVCache()
+        layer(x[:, :-1], kv_cache=cache)  # positions 0 .. t-2, not timed
+        runs.append(
+            (
+                cpu_seconds(layer, x),  # the whole prefix again
+                cpu_seconds(layer, x[:, -1:], kv_cache=cache),  # new token
+            )
+        )
+    return np.median(runs, axis=0)
+
+
+ts = np.array([64, 128, 256, 512])
 with torch.no_grad():
-    for generate in generators:
-        generate(model, prompt, 8)  # warm-up
-    # runs[r][i][g]: repeat r, length ns[i], generator g; the two
-    # generators take turns so that a burst of load hits both
-    runs = [
-        [[seconds(g, model, prompt, n) for g in generators] for n in ns]
-        for _ in range(3)
-    ]
-t_full, t_cache = np.median(runs, axis=0).T  # (len(ns),) each
-
+    step_seconds(ts[0], repeats=1)  # warm-up
+    t_full, t_cache = np.array([step_seconds(t) for t in ts]).T
 ratio = t_full / t_cache
-print(f"{'n':>4} {'no cache (s)':>13} {'cache (s)':>10} {'speed-up':>9}")
-for n, a, b, r in zip(ns, t_full, t_cache, ratio, strict=True):
-    print(f"{n:>4} {a:>13.3f} {b:>10.3f} {r:>8.1f}x")
-slope_full = np.polyfit(np.log(ns), np.log(t_full), 1)[0]
-slope_cache = np.polyfit(np.log(ns), np.log(t_cache), 1)[0]
+slope_full = np.polyfit(np.log(ts), np.log(t_full), 1)[0]
+slope_cache = np.polyfit(np.log(ts), np.log(t_cache), 1)[0]
+print(
+    f"{'t':>5} {'no cache ms':>12} {'cache ms':>9} {'time ratio':>11} {'FLOP ratio':>11}"
+)
+for t, a, b, r in zip(ts, t_full, t_cache, ratio, strict=True):
+    print(f"{t:>5} {1e3 * a:>12.3f} {1e3 * b:>9.3f} {r:>11.1f} {t:>11}")
 print(f"log-log slope: no cache {slope_full:.2f}, cache {slope_cache:.2f}")
+flops_full, flops_cache = (
+    8 * ts * E**2 + 4 * ts**2 * E,
+    8 * E**2 + 4 * ts * E,
+)
+print(
+    f"FLOP counts' slope: no cache {np.polyfit(np.log(ts), np.log(flops_full), 1)[0]:.2f},"
+    f" cache {np.polyfit(np.log(ts), np.log(flops_cache), 1)[0]:.2f}"
+)
+# What the text below says, with room for a busy machine: the cached step
+# barely grows with t, the uncached one about linearly, so the cache wins
+# by more as t grows, yet by far less than the FLOP ratio t.
+assert slope_cache < 0.8 and slope_full > slope_cache + 0.4
+assert ratio[-1] > 5 and ratio[-1] > 2 * ratio[0]
+assert np.all(ratio < ts / 4)
 
 fig, ax = plt.subplots(figsize=(6.5, 3.8), layout="constrained")
-ax.loglog(ns, t_full, "o-", label=f"no cache (slope {slope_full:.2f})")
-ax.loglog(ns, t_cache, "s-", label=f"KV cache (slope {slope_cache:.2f})")
-for n, a, r in zip(ns, t_full, ratio, strict=True):
+ax.loglog(
+    ts, 1e3 * t_full, "o-", label=f"no cache (slope {slope_full:.2f})"
+)
+ax.loglog(
+    ts, 1e3 * t_cache, "s-", label=f"KV cache (slope {slope_cache:.2f})"
+)
+for t, a, r in zip(ts, t_full, ratio, strict=True):
     ax.annotate(
         f"{r:.1f}x",
-        (n, a),
+        (t, 1e3 * a),
         textcoords="offset points",
         xytext=(0, 8),
         ha="center",
     )
-ax.set_xticks(ns, [str(n) for n in ns])
+ax.set_xticks(ts, [str(t) for t in ts])
 ax.set_xticks([], minor=True)
 ax.set(
-    xlabel="tokens generated n",
-    ylabel="seconds (median of 3)",
-    title="Greedy generation, E=256, H=4, 2 layers",
+    xlabel="sequence length t at this step",
+    ylabel="CPU ms per step (median of 5)",
+    title="One decoding step of one layer, E=256, H=4",
 )
 _ = ax.legend()
 
 # %% [markdown]
 # Read the printed log-log slopes (also in the legend): a time that grows
-# as $n^a$ is a line of slope $a$ on these axes. The FLOP counts predict
-# slope 2 without a cache (each of $n$ steps reprocesses a prefix of length
-# up to $n$; the $n^3$ attention term is still smaller than the
-# projections' $n^2$ term while $n \le E$) and slope 1 with it. Expect the
-# cached slope near 1, and the uncached slope between 1 and 2, often well
-# below 2 at these small $n$: every step also pays a fixed cost per call
-# (Python, PyTorch's dispatch, the allocation of small tensors) that does
-# not grow with the prefix. That cost adds a term linear in $n$ to both
-# curves, and for short prefixes it is a large part of the uncached time
-# too, so the curve bends towards slope 2 only as $n$ grows. The same fixed
-# cost is why the measured speed-up is far smaller than the FLOP ratio of
-# the table above: a cached step does so little arithmetic that its time is
-# mostly overhead.
+# as $t^a$ is a line of slope $a$ on these axes. The last line gives the
+# slopes of the FLOP counts of the table over the same $t$. Time is not
+# FLOPs, though: besides its arithmetic, every step pays a fixed cost per
+# call (Python, PyTorch's dispatch, the allocation of small tensors) that
+# does not grow with $t$.
 #
-# Two more costs hide in the cached step: `KVCache.append` concatenates,
-# copying the cache once per step ($O(tE)$, the same order as the attention
-# itself; production caches preallocate the slots instead), and the cache
-# has to be kept in memory, which is the subject of the next section.
-# Timings on a shared machine vary from run to run, so nothing in this
-# section asserts on them; compare the two curves of one run, measured in
-# one process, rather than the seconds.
+# - **With the cache** a step does about a million FLOPs, a small part of
+#   its time, which is mostly that fixed cost. It barely grows with $t$: a
+#   slope far below 1 (checked: below 0.8). What grows with $t$ is
+#   small: the attention over $t$ keys, and `KVCache.append`, which
+#   concatenates, copying the cache once per step ($O(tE)$, the same order
+#   as the attention itself; production caches preallocate the slots).
+# - **Without the cache** the arithmetic, $8tE^2 + 4t^2E$, outweighs the
+#   fixed cost from a few hundred positions on, and the time grows about
+#   linearly in $t$, like its FLOPs (checked: a slope at least 0.4 above
+#   the cached one), the projections' term $8tE^2$ still the larger while
+#   $t < 2E = 512$.
+#
+# So the cache wins by more as $t$ grows (checked: the time ratio at
+# $t = 512$ is more than twice that at $t = 64$), but by far less than the
+# FLOP ratio $t$ of the table above (checked: less than $t / 4$ at every
+# $t$). Generating $n$ tokens adds up one step per length: with the cache
+# about $n$ nearly equal steps, linear in $n$; without it steps that grow
+# with $t$, about quadratic in $n$ once the arithmetic dominates. The price
+# of the cache is memory, the subject of the next section.
 #
 # ## 7. The memory the cache costs
 #
@@ -495,8 +528,8 @@ for label, kv_heads in (
 # - A step costs $O(E^2 + tE)$ with a cache instead of $O(tE^2 + t^2E)$
 #   (counted and asserted in section 6), so generating $n$ tokens goes from
 #   about $n^2$ to about $n$ in arithmetic. The measured times follow only
-#   roughly (see the slopes printed in section 6): at small $n$ the fixed
-#   cost of each call pulls the uncached slope below 2.
+#   roughly (section 6): a fixed cost per call, the same with or without
+#   the cache, is most of a cached step's time at these sizes.
 # - The price is memory: $2 \cdot \text{layers} \cdot H_{kv} \cdot D$ numbers
 #   per token, which grouped-query and multi-query attention cut by
 #   $H / H_{kv}$.

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,11 +24,20 @@ def built_site() -> Path:
     """Run ``mkdocs build --strict`` exactly as ``make docs`` does and return the site.
 
     The notebook cache is switched off so every tutorial is executed against the
-    package as it is now, never replayed from an older run.
+    package as it is now, never replayed from an older run. The build's wall time goes
+    to ``build-seconds`` in the site folder, for the build-time test.
+
+    ``ATTENTION_PREBUILT_SITE=path`` skips the build and uses that site instead: only for
+    iterating on the browser tests locally, never in CI.
     """
+    if prebuilt := os.environ.get("ATTENTION_PREBUILT_SITE"):
+        return Path(prebuilt)
     site = BUILD / "test-site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "ATTENTION_NOTEBOOK_CACHE": "false"}
-    env.pop("MPLBACKEND", None)  # the notebook kernel must use its inline backend
+    # Headless CI often sets this; a kernel that inherited it once drew no figure at all.
+    # Building with it set proves the build chooses the tutorials' backend itself.
+    env["MPLBACKEND"] = "Agg"
+    start = time.perf_counter()
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
         cwd=ROOT,
@@ -39,6 +49,7 @@ def built_site() -> Path:
     if result.returncode != 0:
         pytest.fail(f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}")
     (site / ".build-log").write_text(result.stderr)
+    (site / ".build-seconds").write_text(f"{time.perf_counter() - start:.1f}")
     return site
 
 

@@ -1,8 +1,9 @@
 """Load every page of the built site in headless Chromium, with the network cut off.
 
 For each page: no request may leave 127.0.0.1 (they are blocked and recorded), none
-may fail, the console must stay free of errors, every formula must be typeset by the
-vendored KaTeX, every image must load, and every internal link must point at a page
+may fail, the console must stay free of errors, KaTeX (which typesets the math at
+build time; test_math.py checks that with JavaScript off) must report no error, every
+image must load, and every internal link must point at a page
 (and anchor) that exists. A full-page screenshot of each page is written to
 ``build/screenshots/`` for a human to look at.
 """
@@ -20,24 +21,16 @@ ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "build" / "screenshots"
 
 
-# Runs in the page: what is left of the math after KaTeX, and how the images fared.
+# Figures load lazily; a page is judged with all of its images asked for.
+LOAD_ALL_IMAGES = """async () => {
+  const images = [...document.images];
+  images.forEach((img) => { img.loading = 'eager'; });
+  await Promise.all(images.map((img) => img.decode().catch(() => null)));
+}"""
+
+# Runs in the page: how the math (typeset at build time) and the images fared.
 INSPECT_PAGE = """() => {
-  const text = (el) => {
-    const copy = el.cloneNode(true);
-    copy.querySelectorAll('.katex, code, pre').forEach((n) => n.remove());
-    return copy.textContent;
-  };
-  const arithmatex = [...document.querySelectorAll('.arithmatex')];
-  const notebookMarkdown = [...document.querySelectorAll('.jupyter-wrapper .jp-RenderedMarkdown')];
   return {
-    mathElements: arithmatex.length,
-    untypesetMath: arithmatex
-      .filter((el) => !el.querySelector('.katex'))
-      .map((el) => el.textContent.slice(0, 80)),
-    leftoverDelimiters: [...arithmatex, ...notebookMarkdown]
-      .map(text)
-      .filter((t) => /\\\\\\(|\\\\\\[|\\$/.test(t))
-      .map((t) => t.trim().slice(0, 80)),
     katexErrors: document.querySelectorAll('.katex-error').length,
     katexCount: document.querySelectorAll('.katex').length,
     brokenImages: [...document.images]
@@ -63,8 +56,7 @@ def load_fully(page, url: str) -> None:
 
     "networkidle" alone is not enough: on a busy machine the parser can still be working
     through a long page (inline SVG figures) after 500 ms without requests, before the
-    scripts at the end of the body (KaTeX and its init) have run. The load event comes
-    after them.
+    scripts at the end of the body have run. The load event comes after them.
     """
     page.goto(url, wait_until="load")
     page.wait_for_load_state("networkidle")
@@ -125,6 +117,7 @@ def test_every_page_renders_offline(browser, built_site: Path, site_url: str) ->
         load_fully(page, urljoin(site_url, rel))
         # KaTeX's fonts load asynchronously; wait for them before judging and capturing.
         page.evaluate("() => document.fonts.ready.then(() => true)")
+        page.evaluate(LOAD_ALL_IMAGES)
         info = page.evaluate(INSPECT_PAGE)
         name = rel.strip("/").replace("/", "__") or "index"
         page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
@@ -133,10 +126,6 @@ def test_every_page_renders_offline(browser, built_site: Path, site_url: str) ->
         problems += [f"{where}: request left the site: {u}" for u in watcher.left_site]
         problems += [f"{where}: failed request: {f}" for f in watcher.failed]
         problems += [f"{where}: {e}" for e in watcher.errors]
-        problems += [f"{where}: math not typeset: {m!r}" for m in info["untypesetMath"]]
-        problems += [
-            f"{where}: raw math delimiters left: {m!r}" for m in info["leftoverDelimiters"]
-        ]
         if info["katexErrors"]:
             problems.append(f"{where}: {info['katexErrors']} KaTeX error(s)")
         problems += [f"{where}: image did not load: {src}" for src in info["brokenImages"]]
@@ -166,12 +155,57 @@ def check_internal_links(links: set[str], site: Path, site_url: str) -> list[str
     return problems
 
 
-def test_tutorial_math_and_figures_render(browser, site_url: str) -> None:
-    """The tutorial is the page where math rendering is most fragile (raw $ in cells)."""
-    page = browser.new_page()
-    load_fully(page, urljoin(site_url, "tutorials/01_attention_from_scratch/"))
-    katex_in_cells = page.locator(".jupyter-wrapper .jp-RenderedMarkdown .katex").count()
-    figures = page.locator(".jupyter-wrapper .jp-RenderedImage img").count()
-    page.close()
-    assert katex_in_cells >= 10
-    assert figures >= 2
+# Per figure: which of its two renders is displayed, and at what size.
+VISIBLE_FIGURES = """async () => {
+  const figures = [...document.querySelectorAll('figure.site-figure')];
+  const result = [];
+  for (const figure of figures) {
+    figure.scrollIntoView();
+    const shown = [...figure.querySelectorAll('img')].filter(
+      (img) => getComputedStyle(img).display !== 'none');
+    await Promise.all(shown.map((img) => img.decode().catch(() => null)));
+    result.push(shown.map((img) => ({
+      scheme: img.src.split('#only-')[1],
+      width: img.getBoundingClientRect().width,
+      height: img.getBoundingClientRect().height,
+      loaded: img.complete && img.naturalWidth > 0,
+      caption: (figure.querySelector('figcaption') || {}).textContent || '',
+    })));
+  }
+  return result;
+}"""
+
+# Code cells whose lines do not fit the column (a reader would have to scroll sideways).
+OVERFLOWING_CODE = """() => [...document.querySelectorAll('.nb-cell pre')]
+  .filter((pre) => pre.scrollWidth > pre.clientWidth + 1)
+  .map((pre) => pre.textContent.split('\\n').sort((a, b) => b.length - a.length)[0])"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_every_figure_shows_once_in_the_colours_of_the_scheme(
+    browser, built_site: Path, site_url: str, scheme: str
+) -> None:
+    context = browser.new_context(viewport={"width": 1366, "height": 900}, color_scheme=scheme)
+    page = context.new_page()
+    problems, total = [], 0
+    for rel in site_pages(built_site):
+        if 'class="site-figure"' not in (built_site / rel / "index.html").read_text():
+            continue
+        load_fully(page, urljoin(site_url, rel))
+        for index, shown in enumerate(page.evaluate(VISIBLE_FIGURES)):
+            total += 1
+            where = f"/{rel} figure {index + 1}"
+            if [img["scheme"] for img in shown] != [scheme]:
+                problems.append(f"{where}: shows {[img['scheme'] for img in shown]}")
+            elif not (shown[0]["loaded"] and shown[0]["width"] > 100 and shown[0]["height"] > 50):
+                problems.append(f"{where}: not visible: {shown[0]}")
+            elif len(shown[0]["caption"]) < 20:
+                problems.append(f"{where}: no caption")
+        if rel.startswith("tutorials/") and scheme == "light":
+            problems += [
+                f"/{rel}: code wider than the column: {line!r}"
+                for line in page.evaluate(OVERFLOWING_CODE)
+            ]
+    context.close()
+    assert total >= 60, f"only {total} figures found on the site"
+    assert not problems, "\n".join(problems)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
+
+import jupytext
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,19 +35,20 @@ def test_every_markdown_page_and_tutorial_is_built(built_site: Path) -> None:
         )
 
 
-def test_tutorials_were_executed_with_outputs_and_figures(built_site: Path) -> None:
+def test_tutorials_were_executed_with_outputs(built_site: Path) -> None:
+    # Figures are counted in test_figures.py; here: the code ran and its output is shown.
     for tutorial in (ROOT / "docs" / "tutorials").glob("[0-9][0-9]_*.py"):
         html = (built_site / "tutorials" / tutorial.stem / "index.html").read_text()
-        assert "jp-OutputArea-output" in html, f"{tutorial.name}: no executed output"
-        assert 'src="data:image/png;base64,' in html, f"{tutorial.name}: no figure"
-        assert "Traceback" not in html and "ename" not in html
-        # the source and a notebook are offered for download next to the page
-        page_dir = built_site / "tutorials" / tutorial.stem
+        cells = html.count('class="nb-cell"')
+        outputs = html.count('class="nb-output')
+        cells_ = jupytext.read(tutorial).cells
+        code_cells = sum(c.cell_type == "code" and bool(c.source.strip()) for c in cells_)
+        assert cells >= code_cells > 3, f"{tutorial.name}: {cells} cells for {code_cells}"
+        assert outputs > 3, f"{tutorial.name}: {outputs} outputs"
+        assert "Traceback" not in html
+        # the source and the executed notebook are offered for download next to the page
         assert f'href="{tutorial.name}" download' in html
         assert f'href="{tutorial.stem}.ipynb" download' in html
-        assert (page_dir / tutorial.name).read_text() == tutorial.read_text()
-        notebook = json.loads((page_dir / f"{tutorial.stem}.ipynb").read_text())
-        assert notebook["nbformat"] == 4 and len(notebook["cells"]) > 5
 
 
 def test_api_reference_shows_signatures_source_and_examples(built_site: Path) -> None:

@@ -42,15 +42,3 @@ def test_tutorial_is_listed_in_the_nav_and_the_index(tutorial: Path) -> None:
     assert rel in (ROOT / "mkdocs.yml").read_text(), f"{rel} is missing from nav in mkdocs.yml"
     index = (ROOT / "docs" / "tutorials" / "index.md").read_text()
     assert f"({tutorial.name})" in index, f"{tutorial.name} is missing from tutorials/index.md"
-
-
-@pytest.mark.parametrize("tutorial", TUTORIALS, ids=[t.stem for t in TUTORIALS])
-def test_tutorial_headings_have_no_inline_code(tutorial: Path) -> None:
-    # mkdocs-jupyter slugs the table of contents from the heading text without the code
-    # span but the heading's own id with it, so a TOC link to such a heading is broken.
-    bad = [
-        f"line {number}: {line}"
-        for number, line in enumerate(tutorial.read_text().splitlines(), start=1)
-        if line.startswith("# #") and "`" in line
-    ]
-    assert not bad, "inline code in a heading breaks its TOC anchor:\n" + "\n".join(bad)

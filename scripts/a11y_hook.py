@@ -1,0 +1,52 @@
+"""Make every box that can scroll sideways reachable by keyboard (registered in mkdocs.yml).
+
+A reader who cannot use a mouse scrolls a box with the arrow keys once it has focus, and
+a box gets focus only if it is focusable (WCAG 2.1.1; axe's rule
+scrollable-region-focusable). Which boxes overflow depends on the screen, so every box
+that *can* scroll gets ``tabindex="0"``, written into the HTML at build time so it holds
+with JavaScript off too:
+
+- ``<code>`` inside ``<pre>``: code blocks, API signatures, notebook output. Material
+  scrolls the ``<code>``, not the ``<pre>``. With JavaScript on, Material's own code-block
+  script keeps the ``tabindex`` only where the block does overflow (and the device has a
+  pointer that hovers), so wide screens get no needless tab stops.
+- ``<table>`` without a class (the tables Markdown writes): with JavaScript off the table
+  is its own scroll box (Material gives it ``overflow: auto``); with it on, Material wraps
+  it at load time in a ``.md-typeset__scrollwrap`` that scrolls instead, and the keyboard
+  scrolls the nearest scrolling ancestor of the focused table. Tables with a class
+  (Pygments' line-number tables) are layout, never scrolled on their own.
+- ``<div class="arithmatex">``: a display formula, which scrolls inside its own box
+  (assets/stylesheets/math.css).
+
+The visible focus ring for these boxes is in assets/stylesheets/extra.css.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from mkdocs.plugins import event_priority
+
+# Each pattern matches an opening tag up to (not including) its ">" or "/>", and only tags
+# without a tabindex of their own. HTML inside code blocks is escaped (&lt;table&gt;), so
+# none of these can match the text of an example.
+_NO_TABINDEX = r"(?![^>]*\btabindex=)"
+SCROLL_BOXES = re.compile(
+    # <code> right after its <pre>, Pygments' empty <span></span> in between.
+    r"(?P<tag><pre\b[^>]*>(?:<span></span>)?<code\b" + _NO_TABINDEX + r"[^>]*?)(?=/?>)"
+    r"|(?P<table><table\b(?![^>]*\bclass=)" + _NO_TABINDEX + r"[^>]*?)(?=/?>)"
+    r"|(?P<math><div\b[^>]*\bclass=\"[^\"]*\barithmatex\b[^\"]*\"" + _NO_TABINDEX + r"[^>]*?)(?=/?>)"
+)
+
+
+def focusable_scroll_boxes(html: str) -> str:
+    """Add ``tabindex="0"`` to every code block, Markdown table and display formula."""
+    return SCROLL_BOXES.sub(lambda match: match.group(0) + ' tabindex="0"', html)
+
+
+# Last: scripts/katex_hook.py swaps each formula's placeholder element for the typeset
+# one in its own on_post_page, and matches the placeholder's attributes exactly.
+@event_priority(-100)
+def on_post_page(output: str, page: Any, **kwargs: Any) -> str:
+    return focusable_scroll_boxes(output)

@@ -1,0 +1,201 @@
+"""Lighthouse scores of the built site: four representative pages, mobile profile.
+
+Usage (``make audit`` builds the site first and installs Lighthouse)::
+
+    python scripts/audit.py [--site site] [--out build/audit]
+
+It builds nothing: it serves an already built ``site/`` on 127.0.0.1, runs the pinned
+Lighthouse from ``scripts/audit/node_modules`` against Debian's chromium on each page,
+keeps every JSON report under ``build/audit/`` and prints the four category scores per
+page. It exits non-zero when Lighthouse cannot produce a report, not when a score is
+low: the scores are a measurement to read and compare, not a gate (performance on a
+shared two-core machine moves by several points from run to run).
+
+The local server imitates what GitHub Pages sends (gzip for text, a ten-minute cache
+lifetime), so the transfer sizes that Lighthouse's simulated mobile network charges
+for are the ones readers download, not the uncompressed bytes a bare
+``http.server`` would send.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gzip
+import http.server
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import urllib.parse
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LIGHTHOUSE = ROOT / "scripts" / "audit" / "node_modules" / "lighthouse" / "cli" / "index.js"
+
+# Home, one tutorial, one concept page and one API page: one of each kind of page.
+PAGES = {
+    "home": "",
+    "tutorial": "tutorials/01_attention_from_scratch/",
+    "concept": "concepts/scaled-dot-product-attention/",
+    "api": "reference/functional/",
+}
+CATEGORIES = ("performance", "accessibility", "best-practices", "seo")
+
+# Headless as root with no network (docs/TOOLCHAIN facts): nothing that phones home.
+CHROME_FLAGS = (
+    "--headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-quic "
+    "--no-first-run --disable-background-networking --disable-component-update "
+    "--disable-sync --disable-extensions"
+)
+# A page of this site loads in well under a second locally; a run that takes minutes
+# is stuck (e.g. waiting for a network that is not there) and must fail, not hang.
+MAX_WAIT_FOR_LOAD_MS = 45_000
+RUN_TIMEOUT_S = 240
+
+COMPRESSIBLE = {".html", ".css", ".js", ".json", ".svg", ".xml", ".txt", ".map", ".py"}
+
+
+class PagesLikeHandler(http.server.SimpleHTTPRequestHandler):
+    """Static files as GitHub Pages serves them: gzip for text and ``max-age=600``."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def end_headers(self) -> None:
+        self.send_header("Cache-Control", "max-age=600")
+        super().end_headers()
+
+    def send_head(self):  # type: ignore[no-untyped-def]
+        path = Path(self.translate_path(self.path))
+        if path.is_dir():
+            if not urllib.parse.urlsplit(self.path).path.endswith("/"):
+                return super().send_head()  # the base class redirects "dir" to "dir/"
+            path = path / "index.html"
+        accepts_gzip = "gzip" in self.headers.get("Accept-Encoding", "")
+        if not (accepts_gzip and path.suffix in COMPRESSIBLE and path.is_file()):
+            return super().send_head()
+        body = gzip.compress(path.read_bytes(), compresslevel=6, mtime=0)
+        self.send_response(200)
+        self.send_header("Content-Type", self.guess_type(str(path)))
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        return io.BytesIO(body)
+
+
+def serve(site: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
+    handler = functools.partial(PagesLikeHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/"
+
+
+def find_chrome() -> str:
+    chrome = os.environ.get("CHROME_PATH") or next(
+        filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None
+    )
+    if not chrome:
+        sys.exit("chromium is missing: run `make browser`, or set CHROME_PATH")
+    return chrome
+
+
+def lighthouse(url: str, report: Path, chrome: str) -> dict[str, int]:
+    """Run Lighthouse on one URL, keep its JSON report, return the category scores."""
+    # A fresh profile per run: nothing cached from a previous page or run.
+    with tempfile.TemporaryDirectory(prefix="lighthouse-profile-") as profile:
+        command = [
+            "node",
+            str(LIGHTHOUSE),
+            url,
+            # Both: JSON to read back, HTML to open offline in any browser.
+            "--output=json",
+            "--output=html",
+            f"--output-path={report.with_name(report.name.removesuffix('.report.json'))}",
+            f"--only-categories={','.join(CATEGORIES)}",
+            f"--chrome-flags={CHROME_FLAGS} --user-data-dir={profile}",
+            f"--max-wait-for-load={MAX_WAIT_FOR_LOAD_MS}",
+            "--quiet",
+        ]
+        try:
+            result = subprocess.run(
+                command,
+                env={**os.environ, "CHROME_PATH": chrome},
+                capture_output=True,
+                text=True,
+                timeout=RUN_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            sys.exit(f"lighthouse did not finish within {RUN_TIMEOUT_S} s on {url}")
+    if result.returncode != 0 or not report.is_file():
+        sys.exit(f"lighthouse failed on {url}:\n{result.stdout}\n{result.stderr}")
+    data = json.loads(report.read_text())
+    if data.get("runtimeError"):
+        sys.exit(f"lighthouse could not load {url}: {data['runtimeError']}")
+    scores = {}
+    for name in CATEGORIES:
+        score = data["categories"][name]["score"]
+        if score is None:  # Lighthouse's way of saying an audit errored
+            sys.exit(f"lighthouse returned no {name} score for {url}; see {report}")
+        scores[name] = round(score * 100)
+    # Lighthouse's measure of this machine's speed: a busy machine scores well below
+    # the ~1000+ of a typical desktop and its performance scores drop with it.
+    scores["cpu index"] = round(data["environment"]["benchmarkIndex"])
+    return scores
+
+
+def failing_audits(report: Path) -> list[str]:
+    """The scored audits of a report that did not pass, as 'category: audit id'."""
+    data = json.loads(report.read_text())
+    failed = []
+    for name in CATEGORIES:
+        for ref in data["categories"][name]["auditRefs"]:
+            audit = data["audits"][ref["id"]]
+            if ref["weight"] > 0 and audit["score"] is not None and audit["score"] < 0.9:
+                failed.append(f"{name}: {ref['id']} ({audit['score']:.2f})")
+    return failed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--site", type=Path, default=ROOT / "site", help="built site folder")
+    parser.add_argument("--out", type=Path, default=ROOT / "build" / "audit")
+    parser.add_argument("--verbose", action="store_true", help="list the audits below 0.9")
+    args = parser.parse_args()
+
+    if not (args.site / "index.html").is_file():
+        sys.exit(f"no built site in {args.site}: run `make docs` first")
+    if not LIGHTHOUSE.is_file():
+        sys.exit("lighthouse is not installed: run `npm ci --prefix scripts/audit`")
+    chrome = find_chrome()
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    server, base = serve(args.site.resolve())
+    rows = {}
+    try:
+        for name, path in PAGES.items():
+            report = args.out / f"{name}.report.json"
+            print(f"lighthouse {base}{path}", file=sys.stderr, flush=True)
+            rows[name] = lighthouse(base + path, report, chrome)
+            if args.verbose:
+                for line in failing_audits(report):
+                    print(f"    {line}", file=sys.stderr)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    summary = {name: {"path": PAGES[name], **scores} for name, scores in rows.items()}
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    columns = (*CATEGORIES, "cpu index")
+    print(f"{'page':<10}" + "".join(f"{c:>16}" for c in columns))
+    for name, scores in rows.items():
+        print(f"{name:<10}" + "".join(f"{scores[c]:>16}" for c in columns))
+    print(f"reports: {args.out}/<page>.report.html (and .report.json)")
+
+
+if __name__ == "__main__":
+    main()

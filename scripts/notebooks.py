@@ -1,0 +1,270 @@
+"""Execute the tutorials as Jupyter notebooks and turn each into a Markdown page.
+
+The tutorials are jupytext percent scripts (``docs/tutorials/NN_*.py``). At build time
+each one is read as a notebook, executed in its own Jupyter kernel (several at once),
+and rendered as an ordinary Markdown page of the site:
+
+- Markdown cells are kept as they are, so the tutorials get everything the other pages
+  get: math typeset at build, admonitions, cross-links, search, one stylesheet.
+- Code cells become highlighted code blocks inside ``<div class="nb-cell">``, excluded
+  from the search index (readers search for ideas, not for ``torch.manual_seed``).
+- Printed output follows in a ``<pre class="nb-output">`` block.
+- Figures come out of the kernel as a light and a dark SVG (``site_figures``), each
+  with the caption its cell declares in its header: ``# %% caption="..."``, or
+  ``captions=["...", "..."]`` for a cell that draws several. A figure without a caption,
+  or a caption without a figure, fails the build.
+
+The kernel's matplotlib backend is set here, never inherited: a build run with
+``MPLBACKEND=Agg`` in its environment (common on CI) used to produce pages without a
+single figure. Executed notebooks (with their outputs) are what readers download.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import html
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import jupytext
+import nbformat
+from nbclient import NotebookClient
+from nbformat import NotebookNode
+from traitlets.config import Config
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PACKAGE = ROOT / "attention"
+# The mimetype under which the kernel returns the dark render of a figure. It is a
+# site-only detail: it is removed from the notebooks offered for download.
+DARK_SVG = "application/vnd.attention-site.dark-svg+xml"
+LIGHT_SVG = "image/svg+xml"
+TIMEOUT_PER_CELL_S = 600
+
+# Run in the kernel before the first cell (and removed from the notebook afterwards).
+KERNEL_SETUP = f"""
+import sys
+sys.path.insert(0, {str(HERE)!r})
+from IPython import get_ipython
+# The inline backend registers its own figure formatters when it is switched on, so
+# switch it on first, then replace them with the site's light and dark renders.
+get_ipython().run_line_magic("matplotlib", "inline")
+from IPython.core.formatters import BaseFormatter
+from matplotlib.figure import Figure
+from traitlets import ObjectName, Unicode
+import site_figures
+site_figures.apply_style()
+
+class _DarkSVGFormatter(BaseFormatter):
+    format_type = Unicode({DARK_SVG!r})
+    print_method = ObjectName("_repr_dark_svg_")
+
+_display = get_ipython().display_formatter
+_display.formatters[{DARK_SVG!r}] = _DarkSVGFormatter(parent=_display)
+_display.formatters[{LIGHT_SVG!r}].for_type(Figure, site_figures.render_svg)
+_display.formatters[{DARK_SVG!r}].for_type(
+    Figure, lambda fig: site_figures.render_svg(fig, dark=True)
+)
+_display.formatters["image/png"].enabled = False
+del _display, _DarkSVGFormatter, BaseFormatter, ObjectName, Unicode
+"""
+
+
+class TutorialError(RuntimeError):
+    """A tutorial failed to execute or to convert; the message says where."""
+
+
+@dataclass
+class Executed:
+    """One executed tutorial: the notebook with outputs, and how long it took."""
+
+    source: Path
+    notebook: NotebookNode
+    seconds: float
+    cached: bool
+
+
+def cache_key(source: Path) -> str:
+    """Hash of everything an executed tutorial depends on: itself, the package, the
+    kernel's setup and the figure rendering. A change to any of them re-executes it."""
+    digest = hashlib.sha256(KERNEL_SETUP.encode())
+    inputs = [source.resolve(), HERE / "site_figures.py", *sorted(PACKAGE.rglob("*.py"))]
+    for path in inputs:
+        digest.update(path.relative_to(ROOT).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:20]
+
+
+def execute(source: Path, cache_dir: Path | None = None) -> Executed:
+    """Execute one tutorial in a fresh kernel; reuse a cached run if one matches."""
+    cached_path = cache_dir / f"{source.stem}-{cache_key(source)}.ipynb" if cache_dir else None
+    if cached_path is not None and cached_path.is_file():
+        return Executed(source, nbformat.read(cached_path, as_version=4), 0.0, True)
+
+    notebook = jupytext.read(source)
+    setup = nbformat.v4.new_code_cell(KERNEL_SETUP)
+    notebook.cells.insert(0, setup)
+    # The kernel inherits this environment: pin the backend (see the module docstring)
+    # and keep warnings that the tutorials must not trigger visible as errors.
+    env = {**os.environ, "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+    # Local sockets in a private folder instead of TCP on localhost: nothing listens on
+    # a port, and ipykernel has no reason to warn about unencrypted TCP at every start.
+    sockets = tempfile.mkdtemp(prefix="kernel-")
+    config = Config({"KernelManager": {"transport": "ipc", "ip": f"{sockets}/kernel"}})
+    client = NotebookClient(
+        notebook,
+        config=config,
+        timeout=TIMEOUT_PER_CELL_S,
+        kernel_name="python3",
+        allow_errors=False,
+        record_timing=False,
+        resources={"metadata": {"path": str(source.parent)}},
+    )
+    start = time.perf_counter()
+    try:
+        client.execute(env=env)
+    except Exception as error:  # CellExecutionError carries the traceback
+        raise TutorialError(f"{source.name} failed to execute:\n{error}") from error
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
+    seconds = time.perf_counter() - start
+    notebook.cells.pop(0)
+    if cached_path is not None:
+        cached_path.parent.mkdir(parents=True, exist_ok=True)
+        for stale in cached_path.parent.glob(f"{source.stem}-*.ipynb"):
+            stale.unlink()
+        nbformat.write(notebook, cached_path)
+    return Executed(source, notebook, seconds, False)
+
+
+def execute_all(
+    sources: list[Path], cache_dir: Path | None = None, workers: int | None = None
+) -> list[Executed]:
+    """Execute the tutorials side by side (each kernel is its own process)."""
+    workers = workers or min(len(sources), os.cpu_count() or 1) or 1
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda source: execute(source, cache_dir), sources))
+
+
+def install_cell(repo_url: str) -> NotebookNode:
+    """A first cell that installs the package where it is missing (Colab, a fresh venv)."""
+    return nbformat.v4.new_code_cell(
+        "# Running this notebook outside the project (on Colab, say)? This installs the\n"
+        "# `attention` package from its repository first; elsewhere it does nothing.\n"
+        "import importlib.util\n\n"
+        'if importlib.util.find_spec("attention") is None:\n'
+        f'    %pip install --quiet "attention-by-running @ git+{repo_url.rstrip("/")}"'
+    )
+
+
+def for_download(notebook: NotebookNode, repo_url: str | None = None) -> NotebookNode:
+    """The notebook readers download: outputs kept, the site-only dark renders dropped,
+    and (when the repository is known) a first cell that installs the package."""
+    copy = nbformat.from_dict(json.loads(json.dumps(notebook)))
+    for cell in copy.cells:
+        for output in cell.get("outputs", []):
+            output.get("data", {}).pop(DARK_SVG, None)
+    if repo_url:
+        copy.cells.insert(0, install_cell(repo_url))
+    # nbformat 4.5 wants a unique id per cell; give them stable ones (clean diffs).
+    for index, cell in enumerate(copy.cells):
+        cell["id"] = f"cell-{index}"
+    return copy
+
+
+def _captions(cell: NotebookNode) -> list[str]:
+    meta = cell.metadata
+    if "caption" in meta:
+        return [meta["caption"]]
+    return list(meta.get("captions", []))
+
+
+def _figure(data: dict[str, str], caption: str) -> str:
+    alt = html.escape(" ".join(caption.split()), quote=True)
+    light = "data:image/svg+xml;base64," + _b64(data[LIGHT_SVG])
+    dark = "data:image/svg+xml;base64," + _b64(data[DARK_SVG])
+    return (
+        '<figure class="site-figure">'
+        f'<img src="{light}" data-scheme="light" alt="{alt}">'
+        f'<img src="{dark}" data-scheme="dark" alt="{alt}">'
+        f"<figcaption>{html.escape(caption.strip())}</figcaption>"
+        "</figure>"
+    )
+
+
+def _b64(text: str) -> str:
+    import base64
+
+    return base64.b64encode(text.encode()).decode()
+
+
+def _output_block(text: str) -> str:
+    # A <pre> of our own rather than a fenced block: output is not code to copy
+    # (no copy button), and it is left out of the search index like the code.
+    return (
+        '<pre class="nb-output no-copy" data-search-exclude><code>'
+        f"{html.escape(text.rstrip())}</code></pre>"
+    )
+
+
+def _fence(source: str) -> str:
+    longest = max((len(m) for m in re.findall(r"`{3,}", source)), default=2)
+    fence = "`" * (longest + 1)
+    return f"{fence}python\n{source}\n{fence}"
+
+
+def to_markdown(executed: Executed) -> str:
+    """The executed notebook as the Markdown of its page."""
+    name = executed.source.name
+    parts: list[str] = []
+    for index, cell in enumerate(executed.notebook.cells):
+        if cell.cell_type == "markdown":
+            parts.append(cell.source)
+            continue
+        if cell.cell_type != "code" or not cell.source.strip():
+            continue
+        captions = _captions(cell)
+        body = [_fence(cell.source)]
+        figures = 0
+        stream = ""
+        for output in cell.outputs:
+            kind = output.output_type
+            if kind == "stream":
+                stream += output.text
+                continue
+            if stream:
+                body.append(_output_block(stream))
+                stream = ""
+            if kind in ("display_data", "execute_result"):
+                data = output.data
+                if LIGHT_SVG in data and DARK_SVG in data:
+                    if figures >= len(captions):
+                        raise TutorialError(
+                            f"{name}, cell {index}: figure {figures + 1} has no caption; "
+                            'declare it in the cell header: # %% caption="..."'
+                        )
+                    body.append(_figure(data, captions[figures]))
+                    figures += 1
+                elif "text/plain" in data:
+                    body.append(_output_block(data["text/plain"]))
+                else:
+                    raise TutorialError(f"{name}, cell {index}: cannot show {sorted(data)}")
+            elif kind == "error":
+                raise TutorialError(f"{name}, cell {index}: {output.ename}: {output.evalue}")
+        if stream:
+            body.append(_output_block(stream))
+        if figures != len(captions):
+            raise TutorialError(
+                f"{name}, cell {index}: {len(captions)} caption(s) for {figures} figure(s)"
+            )
+        # md_in_html: the fenced block inside the div is still Markdown.
+        parts.append('<div class="nb-cell" data-search-exclude markdown>\n\n')
+        parts[-1] += "\n\n".join(body) + "\n\n</div>"
+    return "\n\n".join(parts) + "\n"

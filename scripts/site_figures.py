@@ -1,0 +1,239 @@
+"""Turn a matplotlib figure into what the site publishes: a light and a dark SVG.
+
+Both the concept pages (markdown-exec blocks, in the MkDocs process) and the tutorials
+(in their Jupyter kernels) render figures through this module, so every figure on the
+site gets the same treatment:
+
+- **SVG with text as text** (``svg.fonttype = "none"``): sharp at any zoom, small, and the
+  labels stay selectable instead of becoming hundreds of glyph paths.
+- **Readable labels**: a figure is shrunk to the content column, so labels are enlarged
+  where needed to stay at least :data:`MIN_LABEL_PX` on screen after the shrink.
+- **A dark twin**: the same figure recoloured for Material's slate scheme (light text and
+  axes on a transparent background); the colormaps and the numbers drawn on top of
+  images keep their colours, because they are data. The page shows one or the other
+  through Material's ``#only-light`` / ``#only-dark`` image fragments.
+- **Reproducible bytes**: fixed hash salt and no date, so an unchanged figure keeps its
+  content-hashed file name (and the reader's cache) from one build to the next.
+
+The SVGs travel inside the page as ``data:`` URIs; the build hook
+(``scripts/mkdocs_hooks.py``) moves each one into its own cached, lazily loaded file.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import html
+import inspect
+import io
+import re
+from collections.abc import Iterator
+
+import matplotlib as mpl
+from matplotlib import cbook
+from matplotlib.axes import Axes
+from matplotlib.colors import to_rgba
+from matplotlib.figure import Figure
+from matplotlib.text import Text
+
+# Width of Material's content column on a desktop screen with both sidebars (px), and
+# the smallest label size we accept after a wider figure is shrunk into it: Material's
+# small print is 0.64rem of a 20 px root, 12.8 px.
+CONTENT_WIDTH_PX = 720
+MIN_LABEL_PX = 12.8
+# Numbers written inside heatmap cells must fit their cells; they get a lower floor.
+MIN_DATA_LABEL_PX = 9.0
+# Foreground for the dark twin: Material slate's body text colour, near enough.
+DARK_FOREGROUND = "#dcdde4"
+DARK_MUTED = "#8b8fa3"
+
+RC_PARAMS = {
+    "svg.fonttype": "none",  # text stays <text>, not paths
+    "svg.hashsalt": "attention-site",  # stable ids, so stable bytes
+    "font.size": 10,
+    "font.family": "sans-serif",
+}
+
+
+def apply_style() -> None:
+    """Set the rcParams every published figure is drawn with."""
+    mpl.rcParams.update(RC_PARAMS)
+
+
+def _px(points: float) -> float:
+    return points * 96 / 72
+
+
+def _width_in(fig: Figure) -> float:
+    # The saved SVG is cropped or grown to the artists' tight box (bbox_inches="tight"):
+    # a legend outside the axes makes it wider than the figure, and so shrinks it more.
+    tight = fig.get_tightbbox()
+    return max(float(fig.get_size_inches()[0]), float(tight.width))
+
+
+def _is_dark(color: object) -> bool:
+    r, g, b, a = to_rgba(color)  # type: ignore[arg-type]
+    # Grey/black only: a dark *hue* ("C3" red, navy) names a series, and recolouring it
+    # would leave the line grey while its legend entry stays red.
+    gray = max(r, g, b) - min(r, g, b) < 0.1
+    return a > 0 and gray and 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.35
+
+
+def _is_white(color: object) -> bool:
+    r, g, b, a = to_rgba(color)  # type: ignore[arg-type]
+    return a > 0 and min(r, g, b) > 0.97
+
+
+def _draws_data_under_text(ax: Axes) -> bool:
+    # Numbers written on a heatmap sit on colormap cells: they are data, and their
+    # colour was chosen against those cells, not against the page.
+    return bool(ax.images) or any(type(c).__name__ == "QuadMesh" for c in ax.collections)
+
+
+# What matplotlib's own tick formatters write on log axes ("$\mathdefault{10^{3}}$",
+# "$\mathdefault{2^{-4}}$", "$\mathdefault{3\times10^{2}}$"): digits and exponents in
+# the body font, which any browser draws. Every other mathtext is refused (see below).
+_TICK_MATHTEXT = re.compile(r"\$\\mathdefault\{[-−0-9.^{} ]*(\\times[-−0-9.^{} ]*)?\}\$")
+
+
+def _reject_mathtext(texts: list[Text]) -> None:
+    """Fail on ``$...$`` (or usetex) text: it does not survive ``svg.fonttype="none"``.
+
+    With text kept as ``<text>``, mathtext comes out as separately placed glyphs in
+    matplotlib's math fonts (STIX, cmsy10), which browsers do not have: the page shows
+    a tiny, detached "√" beside "1/D". Plain Unicode ("1/√D", "ℓₜ") is set by the
+    browser in one run of the body font and reads as written.
+    """
+    for text in texts:
+        content = text.get_text()
+        mathtext = text.get_parse_math() and cbook.is_math_text(content)
+        if text.get_usetex() or (mathtext and not _TICK_MATHTEXT.fullmatch(content)):
+            raise ValueError(
+                f"figure text {content!r} is matplotlib mathtext, which a browser cannot "
+                "draw from the SVG: use Unicode instead of $...$ in figure text "
+                "(e.g. '1/√D', 'ℓₜ', '‖∂ℓ/∂z‖'; a literal dollar sign is written '\\$')"
+            )
+
+
+def _data_labels(fig: Figure) -> set[int]:
+    return {id(t) for ax in fig.axes if _draws_data_under_text(ax) for t in ax.texts}
+
+
+@contextlib.contextmanager
+def _temporarily(fig: Figure, dark: bool) -> Iterator[None]:
+    """Enlarge small labels (and recolour for the dark scheme), then undo it all."""
+    undo: list[tuple[object, str, object]] = []
+
+    def change(artist: object, prop: str, value: object) -> None:
+        undo.append((artist, prop, getattr(artist, f"get_{prop}")()))
+        getattr(artist, f"set_{prop}")(value)
+
+    # Tick labels are created at the first draw: without it the first render (the
+    # light one) would keep its automatic tick labels, colorbars' included, small.
+    fig.draw_without_rendering()
+    shrink = min(1.0, CONTENT_WIDTH_PX / (_width_in(fig) * 96))
+    data_labels = _data_labels(fig)
+    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text()]
+    _reject_mathtext(texts)  # before any change: nothing to undo when it raises
+    for text in texts:
+        floor = MIN_DATA_LABEL_PX if id(text) in data_labels else MIN_LABEL_PX
+        min_points = floor / shrink * 72 / 96
+        if text.get_fontsize() < min_points:
+            change(text, "fontsize", min_points)
+
+    if dark:
+        change(fig.patch, "facecolor", (0, 0, 0, 0))
+        for text in texts:
+            if id(text) not in data_labels and _is_dark(text.get_color()):
+                change(text, "color", DARK_FOREGROUND)
+        for ax in fig.axes:
+            if _is_white(ax.patch.get_facecolor()):
+                change(ax.patch, "facecolor", (0, 0, 0, 0))
+            for spine in ax.spines.values():
+                if _is_dark(spine.get_edgecolor()):
+                    change(spine, "edgecolor", DARK_MUTED)
+            for axis in (ax.xaxis, ax.yaxis):
+                for tick in [*axis.get_major_ticks(), *axis.get_minor_ticks()]:
+                    for line in (tick.tick1line, tick.tick2line):
+                        if _is_dark(line.get_color()):
+                            change(line, "color", DARK_MUTED)
+                    if _is_dark(tick.gridline.get_color()):
+                        change(tick.gridline, "color", DARK_MUTED)
+            for line in ax.lines:
+                if _is_dark(line.get_color()):
+                    change(line, "color", DARK_FOREGROUND)
+            for collection in ax.collections:
+                if type(collection).__name__ == "QuadMesh":
+                    continue
+                edges = collection.get_edgecolor()
+                if len(edges) and all(_is_dark(c) for c in edges):
+                    change(collection, "edgecolor", DARK_FOREGROUND)
+            for patch in ax.patches:
+                if _is_dark(patch.get_edgecolor()):
+                    change(patch, "edgecolor", DARK_FOREGROUND)
+        # Axes legends and figure legends (fig.legend) alike: a dark frame, and the
+        # sample lines of grey/black series recoloured like the series themselves.
+        for legend in [ax.get_legend() for ax in fig.axes] + list(fig.legends):
+            if legend is None:
+                continue
+            frame = legend.get_frame()
+            change(frame, "facecolor", "#2e303e")
+            change(frame, "edgecolor", DARK_MUTED)
+            for handle in legend.get_lines():
+                if _is_dark(handle.get_color()):
+                    change(handle, "color", DARK_FOREGROUND)
+    try:
+        yield
+    finally:
+        for artist, prop, value in reversed(undo):
+            getattr(artist, f"set_{prop}")(value)
+
+
+def render_svg(fig: Figure, *, dark: bool = False) -> str:
+    """The figure as SVG text, for the light or the dark colour scheme."""
+    buffer = io.StringIO()
+    with mpl.rc_context(RC_PARAMS), _temporarily(fig, dark):
+        fig.savefig(
+            buffer,
+            format="svg",
+            bbox_inches="tight",
+            metadata={"Date": None},
+            transparent=dark,
+        )
+    return buffer.getvalue()
+
+
+def _data_uri(svg: str) -> str:
+    return "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode()
+
+
+def figure_html(fig: Figure, caption: str) -> str:
+    """A ``<figure>`` with the light and dark renders and a caption.
+
+    The caption (plain text) is also the images' alt text: it says what the figure
+    shows, so a reader who cannot see the picture still gets its content. The build hook
+    turns the ``data:`` URIs into files and adds the ``#only-light``/``#only-dark``
+    fragments that let Material show the one matching the colour scheme.
+    """
+    if not caption or not caption.strip():
+        raise ValueError("every figure on the site needs a caption saying what it shows")
+    alt = html.escape(" ".join(caption.split()), quote=True)
+    light, dark = render_svg(fig), render_svg(fig, dark=True)
+    return (
+        '<figure class="site-figure">'
+        f'<img src="{_data_uri(light)}" data-scheme="light" alt="{alt}">'
+        f'<img src="{_data_uri(dark)}" data-scheme="dark" alt="{alt}">'
+        f"<figcaption>{html.escape(caption.strip())}</figcaption>"
+        "</figure>"
+    )
+
+
+def publish(fig: Figure, caption: str) -> None:
+    """Print the figure for a markdown-exec block (``html="true"``) and close it."""
+    import matplotlib.pyplot as plt
+
+    # markdown-exec captures a block's output by replacing `print` in the block's
+    # globals, not sys.stdout: the builtin would send the figure to the build's log.
+    block_print = inspect.currentframe().f_back.f_globals.get("print", print)  # type: ignore[union-attr]
+    block_print(figure_html(fig, caption))
+    plt.close(fig)

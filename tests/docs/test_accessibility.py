@@ -1,0 +1,116 @@
+"""axe-core on every page of the built site, in light and in dark mode.
+
+axe-core is pinned in package-lock.json and installed by ``make test`` (``npm ci``); the
+test injects the installed ``axe.min.js`` into each page, so nothing is fetched from a
+CDN. A page passes when axe finds no violation of impact *serious* or *critical* on it
+(the level at which axe's rules mean "some readers cannot use this").
+
+The colour scheme is chosen the way a reader's browser chooses it: mkdocs.yml pairs each
+Material palette with a ``prefers-color-scheme`` media query, so a browser context
+created with ``color_scheme="dark"`` gets the slate palette. The test checks that it did,
+since a page silently left in the light scheme would make the dark run meaningless.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+ROOT = Path(__file__).resolve().parents[2]
+AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
+
+# Browser colour scheme -> the Material scheme mkdocs.yml selects for it.
+SCHEMES = {"light": "default", "dark": "slate"}
+
+# Run in the page once axe is injected. Only violations are asked for (passes and
+# incomplete results cost most of axe's time on long pages), and only nodes whose own
+# impact is serious or critical are kept: a rule's impact is the worst of its nodes'.
+RUN_AXE = """async () => {
+  const results = await axe.run(document, { resultTypes: ['violations'] });
+  const blocking = ['serious', 'critical'];
+  return results.violations.flatMap((rule) =>
+    rule.nodes
+      .filter((node) => blocking.includes(node.impact))
+      .map((node) => ({
+        rule: rule.id,
+        impact: node.impact,
+        target: node.target.join(' '),
+        summary: (node.failureSummary || rule.help).replace(/\\s+/g, ' ').trim(),
+      })));
+}"""
+
+# Material animates colour changes (header, palette switch). Measured mid-transition, a
+# colour is neither the light nor the dark one, so transitions are switched off before axe
+# reads any colour.
+NO_TRANSITIONS = (
+    "*, *::before, *::after { transition: none !important; animation: none !important; }"
+)
+
+
+def site_pages(site: Path) -> list[str]:
+    """Relative URLs of every page (directory URLs: foo/index.html is served as foo/)."""
+    pages = []
+    for html in sorted(site.rglob("index.html")):
+        rel = html.parent.relative_to(site).as_posix()
+        pages.append("" if rel == "." else rel + "/")
+    return pages
+
+
+def format_report(violations: list[dict], limit: int = 40) -> str:
+    """One line per offending node, grouped by rule, with a count per rule first."""
+    counts: dict[str, int] = {}
+    for v in violations:
+        counts[v["rule"]] = counts.get(v["rule"], 0) + 1
+    lines = [f"{len(violations)} serious/critical axe violations:"]
+    lines += [f"  {rule}: {n} nodes" for rule, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+    for v in sorted(violations, key=lambda v: (v["rule"], v["page"]))[:limit]:
+        lines.append(
+            f"/{v['page']} [{v['rule']}, {v['impact']}] {v['target']}: {v['summary'][:220]}"
+        )
+    if len(violations) > limit:
+        lines.append(f"... and {len(violations) - limit} more")
+    return "\n".join(lines)
+
+
+def test_axe_is_installed() -> None:
+    assert AXE.is_file(), f"{AXE} is missing: run `npm ci` (make test does it)"
+
+
+@pytest.mark.parametrize("color_scheme", sorted(SCHEMES))
+def test_no_serious_axe_violations(
+    browser, built_site: Path, site_url: str, color_scheme: str
+) -> None:
+    if not AXE.is_file():
+        pytest.fail(f"{AXE} is missing: run `npm ci` (make test does it)")
+    pages = site_pages(built_site)
+    assert len(pages) > 30, f"expected every page of the site, found {len(pages)}"
+    expected_scheme = SCHEMES[color_scheme]
+
+    context = browser.new_context(
+        color_scheme=color_scheme, viewport={"width": 1366, "height": 900}
+    )
+    # Instant navigation and the service of every page from one origin are irrelevant
+    # here; block anything off-site so a stray CDN reference cannot stall a page load.
+    context.route(lambda url: not url.startswith(site_url), lambda route: route.abort())
+    page = context.new_page()
+    violations: list[dict] = []
+    try:
+        for rel in pages:
+            page.goto(site_url + rel, wait_until="load")
+            # Material's bundle applies the palette matching the media query after load.
+            page.wait_for_function(
+                "s => document.body.getAttribute('data-md-color-scheme') === s",
+                arg=expected_scheme,
+                timeout=10_000,
+            )
+            page.add_style_tag(content=NO_TRANSITIONS)
+            page.add_script_tag(path=str(AXE))
+            for v in page.evaluate(RUN_AXE):
+                violations.append({"page": rel, **v})
+    finally:
+        context.close()
+
+    assert not violations, format_report(violations)

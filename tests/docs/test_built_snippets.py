@@ -1,0 +1,108 @@
+"""Every Python code block on the built site runs on its own, exactly as a reader copies it.
+
+This reads the built HTML, not the Markdown: it sees what readers see, the API
+reference's docstring examples included, after every plugin has had its say. For each
+``language-python`` and ``language-pycon`` block it takes the text the copy button
+yields (for a ``>>>`` block: the code lines without prompts, outputs dropped, as
+``copy.css`` makes it; ``test_copy.py`` checks in the browser that the clipboard holds
+exactly this text) and runs it in a fresh interpreter: a new ``__main__`` namespace in
+a process forked from one that has only imported torch, numpy, matplotlib (Agg) and
+``attention`` (see ``_forkrun``). A block that uses a name an earlier block defined, or
+that forgot an import, fails with ``NameError`` as it would for the reader.
+
+Not checked here, on purpose:
+
+* tutorial pages (``tutorials/NN_*/``) and any block inside a ``.nb-cell``: notebook
+  cells share one kernel by design; each tutorial is executed whole at build time.
+* mkdocstrings' "Source code" blocks: excerpts of a module, shown for reading (a
+  function without its module's imports); the module itself is what the tests import.
+* signature blocks (``doc-signature``) and blocks in other languages (shell, text):
+  only Python is meant to be pasted into Python.
+
+Blocks executed at build (markdown-exec) are run again here although the build already
+ran them: the build runs them in one long process, with ``print`` replaced and with the
+lines marked ``# markdown-exec: hide``, which a reader does not copy. The run is shared
+with ``test_exec_output`` (``_forkrun`` caches results by program text), so a block
+that both tests need runs once per session.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))  # tests/docs is not a package
+from _codeblocks import (
+    TUTORIAL_PAGE,
+    CodeBlock,
+    built_code_blocks,
+    in_api_source,
+    in_notebook_cell,
+    site_pages,
+)
+from _forkrun import run_programs
+
+
+def runnable_blocks(site: Path) -> list[CodeBlock]:
+    """The blocks a reader may copy and run alone (see the module docstring)."""
+    blocks = []
+    for page in site_pages(site):
+        for block in built_code_blocks(site, page):
+            if TUTORIAL_PAGE.match(block.page) or in_notebook_cell(block):
+                continue
+            if in_api_source(block):
+                continue
+            blocks.append(block)
+    return blocks
+
+
+def test_every_code_block_runs_on_its_own_as_copied(built_site: Path) -> None:
+    blocks = runnable_blocks(built_site)
+    # Guards the extraction: if it silently stopped finding blocks, every page would
+    # pass. The API reference alone has ~50 examples, the concept pages ~130 blocks.
+    pages = {block.page.split("/")[0] for block in blocks}
+    assert {"reference", "concepts", "how-to", "index.html"} <= pages, pages
+    assert sum(b.doctest_style for b in blocks) >= 40
+    assert len(blocks) >= 150, len(blocks)
+
+    results = run_programs([[block.copied] for block in blocks], names=[b.id for b in blocks])
+    failures = [
+        f"{block.id} ({block.lang}), first lines as copied:\n{block.head()}\n\n{result.error}"
+        for block, result in zip(blocks, results, strict=True)
+        if not result.ok
+    ]
+    assert not failures, f"{len(failures)} of {len(blocks)} blocks fail when run alone:\n\n" + (
+        "\n\n".join(failures)
+    )
+
+
+def test_a_block_that_leans_on_an_earlier_one_fails(tmp_path: Path) -> None:
+    # The fork server must give every block a namespace of its own: what one block
+    # defines (or imports) is not visible to the next, even though the modules are
+    # already loaded in the process it was forked from.
+    first, second, third = run_programs(
+        [["import torch\nx = torch.ones(2)\n"], ["print(x)\n"], ["print(torch.ones(1))\n"]]
+    )
+    assert first.ok
+    assert second.error and "NameError: name 'x' is not defined" in second.error
+    # The traceback points into the block (by its name), not into the fork server.
+    assert 'File "<program 1>", line 1' in second.error and "_forkrun" not in second.error
+    assert third.error and "NameError: name 'torch' is not defined" in third.error
+
+
+def test_programs_run_as_in_a_fresh_interpreter() -> None:
+    (result,) = run_programs(
+        [
+            [
+                "import sys\n"
+                "import matplotlib\n"
+                "assert __name__ == '__main__' and sys.modules['__main__'].__dict__ is globals()\n"
+                "names = sorted(k for k in globals() if not k.startswith('__'))\n"
+                "assert names == ['matplotlib', 'sys'], names\n"
+                "print(matplotlib.get_backend().lower())\n"
+                "raise SystemExit(3)\n"
+            ]
+        ]
+    )
+    assert result.outputs == ["agg\n"]
+    assert result.error and "SystemExit: 3" in result.error  # exiting is not running clean
