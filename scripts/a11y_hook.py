@@ -36,7 +36,9 @@ SCROLL_BOXES = re.compile(
     # <code> right after its <pre>, Pygments' empty <span></span> in between.
     r"(?P<tag><pre\b[^>]*>(?:<span></span>)?<code\b" + _NO_TABINDEX + r"[^>]*?)(?=/?>)"
     r"|(?P<table><table\b(?![^>]*\bclass=)" + _NO_TABINDEX + r"[^>]*?)(?=/?>)"
-    r"|(?P<math><div\b[^>]*\bclass=\"[^\"]*\barithmatex\b[^\"]*\"" + _NO_TABINDEX + r"[^>]*?)(?=/?>)"
+    r"|(?P<math><div\b[^>]*\bclass=\"[^\"]*\barithmatex\b[^\"]*\""
+    + _NO_TABINDEX
+    + r"[^>]*?)(?=/?>)"
 )
 
 

@@ -102,8 +102,12 @@ def cache_key(source: Path) -> str:
     return digest.hexdigest()[:20]
 
 
-def execute(source: Path, cache_dir: Path | None = None) -> Executed:
-    """Execute one tutorial in a fresh kernel; reuse a cached run if one matches."""
+def execute(source: Path, cache_dir: Path | None = None, threads: int | None = None) -> Executed:
+    """Execute one tutorial in a fresh kernel; reuse a cached run if one matches.
+
+    ``threads`` caps the kernel's intra-op threads: kernels running side by side each get
+    their share of the cores instead of all spinning on all of them.
+    """
     cached_path = cache_dir / f"{source.stem}-{cache_key(source)}.ipynb" if cache_dir else None
     if cached_path is not None and cached_path.is_file():
         return Executed(source, nbformat.read(cached_path, as_version=4), 0.0, True)
@@ -114,6 +118,8 @@ def execute(source: Path, cache_dir: Path | None = None) -> Executed:
     # The kernel inherits this environment: pin the backend (see the module docstring)
     # and keep warnings that the tutorials must not trigger visible as errors.
     env = {**os.environ, "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
     # Local sockets in a private folder instead of TCP on localhost: nothing listens on
     # a port, and ipykernel has no reason to warn about unencrypted TCP at every start.
     sockets = tempfile.mkdtemp(prefix="kernel-")
@@ -148,9 +154,11 @@ def execute_all(
     sources: list[Path], cache_dir: Path | None = None, workers: int | None = None
 ) -> list[Executed]:
     """Execute the tutorials side by side (each kernel is its own process)."""
-    workers = workers or min(len(sources), os.cpu_count() or 1) or 1
+    cores = os.cpu_count() or 1
+    workers = workers or min(len(sources), cores) or 1
+    threads = max(1, cores // workers)
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda source: execute(source, cache_dir), sources))
+        return list(pool.map(lambda source: execute(source, cache_dir, threads), sources))
 
 
 def install_cell(repo_url: str) -> NotebookNode:

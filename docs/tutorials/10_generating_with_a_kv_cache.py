@@ -338,7 +338,8 @@ with torch.no_grad():
 # on one thread (set at the top), and the clock is that thread's **CPU
 # time** (`time.thread_time`) rather than the time on the wall: it counts
 # only the work done for this page, so other programs running on the
-# machine (the site is built several pages at a time) barely move it.
+# machine (the site is built several pages at a time) move it far less
+# than they move the time on the wall.
 
 
 # %% caption="CPU time of one decoding step of one attention layer at sequence length t = 64, 128, 256 and 512 (E = 256, H = 4, one thread, median of 5 on the machine that built this page), without a cache (circles: the whole prefix again) and with the KV cache (squares: the new token only), on log–log axes. The legend gives each curve's fitted slope; the label above each uncached point is how many times longer it took than the cached step, far less than the FLOP ratio t."

@@ -482,9 +482,9 @@ _ = ax.legend(fontsize=8)
 # query still meets every key), and our loop runs one small matrix product
 # per tile from Python. Median of three calls, as a ratio to PyTorch's
 # fused C++ kernel, each call on one thread and timed by that thread's CPU
-# time (`time.thread_time`), which counts the work of the call and not the
-# other programs running on the machine (your numbers will still vary with
-# the machine; compare ratios, not seconds):
+# time (`time.thread_time`), which counts the work of the call rather than
+# the waiting while other programs run (your numbers will still vary with
+# the machine and its load; compare ratios, not seconds):
 
 
 # %%

@@ -46,7 +46,6 @@ class Result:
 
     outputs: list[str]  # stdout of each chunk that ran (a failing chunk's is included)
     error: str | None  # the traceback (or how the process died); None on success
-    seconds: float  # wall time of the program, to find the slow ones
 
     @property
     def ok(self) -> bool:
@@ -113,11 +112,9 @@ def _child(chunks: list[str], name: str, workdir: str, result_path: str, timeout
     import contextlib
     import io
     import signal
-    import time
     import traceback
     import types
 
-    start = time.perf_counter()
     signal.alarm(max(1, int(timeout)))  # default action: the process dies, reported below
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = builtins
@@ -146,9 +143,7 @@ def _child(chunks: list[str], name: str, workdir: str, result_path: str, timeout
         if error is not None:
             break
     with open(result_path, "w", encoding="utf-8") as file:
-        json.dump(
-            {"outputs": outputs, "error": error, "seconds": time.perf_counter() - start}, file
-        )
+        json.dump({"outputs": outputs, "error": error}, file)
     os._exit(0)  # no atexit handlers, no flushing of buffers the parent owns
 
 
@@ -202,7 +197,7 @@ def _serve() -> None:
             died = f"timed out after {timeout} s"
         else:
             died = f"the process died (wait status {status})"
-        results[index] = {"outputs": [], "error": f"{names[index]}: {died}", "seconds": timeout}
+        results[index] = {"outputs": [], "error": f"{names[index]}: {died}"}
 
     for index, chunks in enumerate(programs):
         while len(running) >= jobs:

@@ -5,8 +5,8 @@ tutorials time code at build time and write about the result ("the cache wins by
 as t grows", "slope near 2"). The site is built on a shared 2-core machine, usually
 with other pages being built at the same time. Wall-clock time there measures that
 other work as much as the code: with two threads, every parallel step waits for both,
-and a thread that loses its core stalls the other, so a loop of many small steps comes
-out ten times slower while one fused call hardly notices. A page built that way once
+and a thread that loses its core stalls the other, so a busy machine slows a loop of
+many small steps about ten times more than one fused call. A page built that way once
 said "the slopes fall below 2" next to measured slopes of 2.9 and 3.6.
 
 So a build-time timing follows three rules, checked here on the sources:

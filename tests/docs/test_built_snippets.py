@@ -31,6 +31,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))  # tests/docs is not a package
 from _codeblocks import (
     TUTORIAL_PAGE,
@@ -40,7 +42,7 @@ from _codeblocks import (
     in_notebook_cell,
     site_pages,
 )
-from _forkrun import run_programs
+from _forkrun import Result, run_programs
 
 
 def runnable_blocks(site: Path) -> list[CodeBlock]:
@@ -76,33 +78,51 @@ def test_every_code_block_runs_on_its_own_as_copied(built_site: Path) -> None:
     )
 
 
-def test_a_block_that_leans_on_an_earlier_one_fails(tmp_path: Path) -> None:
-    # The fork server must give every block a namespace of its own: what one block
-    # defines (or imports) is not visible to the next, even though the modules are
-    # already loaded in the process it was forked from.
-    first, second, third = run_programs(
-        [["import torch\nx = torch.ones(2)\n"], ["print(x)\n"], ["print(torch.ones(1))\n"]]
-    )
-    assert first.ok
-    assert second.error and "NameError: name 'x' is not defined" in second.error
+# Small programs that pin down what the fork server promises, run in one server call
+# (each call imports torch once).
+PROBES = {
+    "defines": ["import torch\nx = torch.ones(2)\n"],
+    "uses-a-name": ["print(x)\n"],
+    "uses-an-import": ["print(torch.ones(1))\n"],
+    "fresh": [
+        "import sys\n"
+        "import matplotlib\n"
+        "assert __name__ == '__main__' and sys.modules['__main__'].__dict__ is globals()\n"
+        "names = sorted(k for k in globals() if not k.startswith('__'))\n"
+        "assert names == ['matplotlib', 'sys'], names\n"
+        "print(matplotlib.get_backend().lower())\n"
+        "raise SystemExit(3)\n"
+    ],
+    "session": ["y = 1\nprint('first')\n", "print(y + 1)\n"],
+}
+
+
+@pytest.fixture(scope="module")
+def probes() -> dict[str, Result]:
+    results = run_programs(list(PROBES.values()), names=[f"<{name}>" for name in PROBES])
+    return dict(zip(PROBES, results, strict=True))
+
+
+def test_a_block_cannot_see_what_an_earlier_one_defined(probes: dict[str, Result]) -> None:
+    # Every program gets a namespace of its own: what one defines (or imports) is not
+    # visible to the next, although the modules are loaded in the process it forks from.
+    assert probes["defines"].ok
+    error = probes["uses-a-name"].error
+    assert error and "NameError: name 'x' is not defined" in error
     # The traceback points into the block (by its name), not into the fork server.
-    assert 'File "<program 1>", line 1' in second.error and "_forkrun" not in second.error
-    assert third.error and "NameError: name 'torch' is not defined" in third.error
+    assert 'File "<uses-a-name>", line 1' in error and "_forkrun" not in error
+    error = probes["uses-an-import"].error
+    assert error and "NameError: name 'torch' is not defined" in error
 
 
-def test_programs_run_as_in_a_fresh_interpreter() -> None:
-    (result,) = run_programs(
-        [
-            [
-                "import sys\n"
-                "import matplotlib\n"
-                "assert __name__ == '__main__' and sys.modules['__main__'].__dict__ is globals()\n"
-                "names = sorted(k for k in globals() if not k.startswith('__'))\n"
-                "assert names == ['matplotlib', 'sys'], names\n"
-                "print(matplotlib.get_backend().lower())\n"
-                "raise SystemExit(3)\n"
-            ]
-        ]
-    )
+def test_a_program_runs_as_in_a_fresh_interpreter(probes: dict[str, Result]) -> None:
+    result = probes["fresh"]
     assert result.outputs == ["agg\n"]
     assert result.error and "SystemExit: 3" in result.error  # exiting is not running clean
+
+
+def test_chunks_of_one_program_share_a_namespace_and_report_output_apart(
+    probes: dict[str, Result],
+) -> None:
+    # What test_exec_output relies on for markdown-exec's session="...".
+    assert probes["session"].ok and probes["session"].outputs == ["first\n", "2\n"]

@@ -32,8 +32,8 @@ from _codeblocks import (
 pytestmark = pytest.mark.browser
 
 # Each block's copy button (Material 9.8: button.md-code__button[data-md-type=copy]), in
-# document order, marked with a data attribute to find it again. Blocks in closed
-# <details> (mkdocstrings' "Source code") are opened so that their buttons can be clicked.
+# document order, marked with a data attribute to find it again. Collapsed <details>
+# are opened so that the buttons inside can be clicked.
 MARK_BUTTONS = """() => {
   document.querySelectorAll('details').forEach((d) => { d.open = true; });
   const blocks = [...document.querySelectorAll(
@@ -45,9 +45,13 @@ MARK_BUTTONS = """() => {
   });
 }"""
 
-# A block in a content tab other than the selected one is hidden: select its tab (a
-# click on the tab's label, as a reader would) before clicking its button.
-REVEAL = """(index) => {
+SENTINEL = "<clipboard not written>"
+
+# Before each click: put a sentinel on the clipboard (so a button that copies nothing is
+# caught), and if the block sits in a content tab other than the selected one, select
+# that tab by clicking its label, as a reader would.
+PREPARE = """async ([index, sentinel]) => {
+  await navigator.clipboard.writeText(sentinel);
   const button = document.querySelector(`[data-test-copy="${index}"]`);
   for (let el = button; el; el = el.parentElement) {
     if (el.classList.contains('tabbed-block')) {
@@ -58,15 +62,10 @@ REVEAL = """(index) => {
   }
 }"""
 
-SENTINEL = "<clipboard not written>"
-
 
 def copy_via_button(page, index: int) -> str:
-    page.evaluate("(text) => navigator.clipboard.writeText(text)", SENTINEL)
-    page.evaluate(REVEAL, index)
-    button = page.locator(f'[data-test-copy="{index}"]')
-    button.scroll_into_view_if_needed()
-    button.click()
+    page.evaluate(PREPARE, [index, SENTINEL])
+    page.locator(f'[data-test-copy="{index}"]').click()  # a real click: a user gesture
     return page.evaluate("() => navigator.clipboard.readText()")
 
 

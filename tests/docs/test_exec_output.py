@@ -80,7 +80,7 @@ def exec_blocks(site: Path, source: Path) -> list[ExecBlock]:
     in order; the ``<div class="result">`` right after it holds its output.
     """
     fences = [f for f in markdown_fences(source, {"python", "py"}) if is_on(f.options.get("exec"))]
-    html = site / "concepts" / source.stem / "index.html"
+    html = site / "concepts" / ("" if source.stem == "index" else source.stem) / "index.html"
     shown = [
         (block, after)
         for block in built_code_blocks(site, html)

@@ -424,8 +424,20 @@ def test_figures_zoom_in_the_readers_colour_scheme(
             "() => { const img = document.querySelector('.gslide.current img');"
             " return img && img.complete && img.naturalWidth > 0; }"
         )
+        # GLightbox's stylesheet (added once the page has loaded) lays the lightbox out.
+        position = page.locator(".glightbox-container").evaluate(
+            "e => getComputedStyle(e).position"
+        )
+        assert position == "fixed", "the lightbox is unstyled"
         width = slide.evaluate("img => img.getBoundingClientRect().width")
         assert width > 300, f"the zoomed figure is drawn {width} px wide"
+        # On the lightbox's near-black overlay, each render keeps the page background it
+        # was drawn for (a transparent light render would put black text on black).
+        backdrop, page_background = slide.evaluate(
+            """img => [getComputedStyle(img).backgroundColor,
+                       getComputedStyle(document.body).backgroundColor]"""
+        )
+        assert backdrop == page_background, (backdrop, page_background)
 
         page.keyboard.press("Escape")
         page.locator(".glightbox-container").wait_for(state="detached")
