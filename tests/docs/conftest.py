@@ -37,6 +37,9 @@ def built_site() -> Path:
     # Headless CI often sets this; a kernel that inherited it once drew no figure at all.
     # Building with it set proves the build chooses the tutorials' backend itself.
     env["MPLBACKEND"] = "Agg"
+    # The Pages workflow passes the real repository; the tests need one to check the
+    # repository, "edit this page" and Colab links against.
+    env.setdefault("REPO_URL", "https://github.com/example/attention-by-running")
     start = time.perf_counter()
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],

@@ -25,6 +25,8 @@ import pytest
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
+pytestmark = [pytest.mark.site, pytest.mark.browser]
+
 ROOT = Path(__file__).resolve().parents[2]
 AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
 
@@ -97,10 +99,6 @@ def open_for_audit(page, url: str, scheme: str) -> None:
     page.add_style_tag(content=NO_TRANSITIONS)
     page.add_script_tag(path=str(AXE))
     page.evaluate(START_AXE)
-
-
-def test_axe_is_installed() -> None:
-    assert AXE.is_file(), f"{AXE} is missing: run `npm ci` (make test does it)"
 
 
 def test_no_serious_axe_violations_light_and_dark(browser, built_site: Path, site_url: str) -> None:

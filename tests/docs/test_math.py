@@ -87,7 +87,7 @@ def test_every_formula_is_typeset_in_the_built_html(built_site: Path) -> None:
         where = page.relative_to(built_site).as_posix()
         problems += raw_math_in(VisibleText.of(html), where)
         untypeset = re.findall(
-            r'<(?:span|div) class="arithmatex"(?! *>\s*<span class="katex)[^>]*>.{0,60}', html
+            r'<(?:span|div) class="arithmatex"(?![^>]*>\s*<span class="katex)[^>]*>.{0,60}', html
         )
         problems += [f"{where}: formula left untypeset: {u!r}" for u in untypeset]
         if "katex-error" in html:

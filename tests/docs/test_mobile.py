@@ -16,6 +16,8 @@ import pytest
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
+pytestmark = [pytest.mark.site, pytest.mark.browser]
+
 PHONE = {"width": 390, "height": 844}
 
 # Runs in the page. The document scrolls sideways when its scroll width exceeds the

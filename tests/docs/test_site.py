@@ -49,6 +49,9 @@ def test_tutorials_were_executed_with_outputs(built_site: Path) -> None:
         # the source and the executed notebook are offered for download next to the page
         assert f'href="{tutorial.name}" download' in html
         assert f'href="{tutorial.stem}.ipynb" download' in html
+        # Colab opens the executed notebook from the repository's notebooks branch
+        colab = "https://colab.research.google.com/github/"
+        assert f'/blob/notebooks/{tutorial.stem}.ipynb"' in html and colab in html
 
 
 def test_api_reference_shows_signatures_source_and_examples(built_site: Path) -> None:
