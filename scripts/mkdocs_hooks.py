@@ -69,6 +69,15 @@ def _cache_dir() -> Path | None:
     return Path(".cache") / "notebooks"
 
 
+def on_config(config: Any) -> Any:
+    """No repository configured (a local build: REPO_URL unset), no "edit this page"
+    link either: MkDocs would otherwise warn, and fail the strict build, on every page
+    whose relative ``edit_uri`` has no repository to resolve against."""
+    if not config.get("repo_url"):
+        config["edit_uri"] = None
+    return config
+
+
 def on_page_markdown(markdown: str, **kwargs: Any) -> str:
     """Keep scripts/ importable while pages render: the concept pages' executed blocks
     publish their figures with ``from site_figures import publish``. (Set per page: other

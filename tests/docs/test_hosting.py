@@ -277,6 +277,28 @@ def test_repository_and_edit_links(site_pages: dict[str, _Page]) -> None:
     assert len(repos) == 1 and repos.pop().startswith("https://"), repos
 
 
+def test_a_local_build_without_a_repository_has_no_edit_links(monkeypatch, caplog) -> None:
+    """``make serve`` and ``make docs`` run with REPO_URL unset. Their strict build must
+    not warn about the relative ``edit_uri`` on every page (it once failed on all 38):
+    the hooks drop the edit link when there is no repository to resolve it against."""
+    from mkdocs.config import load_config
+    from mkdocs.structure.files import get_files
+    from mkdocs.structure.pages import Page
+
+    monkeypatch.delenv("REPO_URL", raising=False)
+    monkeypatch.chdir(ROOT)
+    config = load_config(str(ROOT / "mkdocs.yml"))
+    config = config.plugins.on_config(config)
+    assert config["repo_url"] is None
+    pages = [f for f in get_files(config) if f.src_uri.endswith(".md")]
+    assert len(pages) > 20
+    with caplog.at_level("WARNING"):
+        for file in pages:
+            page = Page(None, file, config)
+            assert page.edit_url is None, file.src_uri
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+
+
 def _git(*args: str) -> str:
     return subprocess.run(
         ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
