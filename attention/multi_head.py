@@ -333,22 +333,8 @@ class MultiHeadAttention(nn.Module):
             dtype=reference.dtype,
         )
         with torch.no_grad():
-            if module.in_proj_weight is not None:  # kdim == vdim == embed_dim
-                w_q, w_k, w_v = module.in_proj_weight.chunk(3)  # each (E, E)
-            else:
-                w_q, w_k, w_v = module.q_proj_weight, module.k_proj_weight, module.v_proj_weight
-            projections = (new.q_proj, new.k_proj, new.v_proj)
-            for proj, weight in zip(projections, (w_q, w_k, w_v), strict=True):
-                proj.weight.copy_(weight)
-            new.out_proj.weight.copy_(module.out_proj.weight)
-            if has_bias:
-                for proj, b in zip(projections, module.in_proj_bias.chunk(3), strict=True):
-                    proj.bias.copy_(b)
-                new.out_proj.bias.copy_(module.out_proj.bias)
-            if new.bias_k is not None and new.bias_v is not None:
-                assert module.bias_k is not None and module.bias_v is not None
-                new.bias_k.copy_(module.bias_k.flatten())  # (1, 1, E) -> (E,)
-                new.bias_v.copy_(module.bias_v.flatten())
+            for ours, theirs in new._torch_parameter_pairs(module):
+                ours.copy_(theirs.reshape(ours.shape))
         return new.train(module.training)
 
     def to_torch(self) -> nn.MultiheadAttention:
@@ -387,23 +373,33 @@ class MultiHeadAttention(nn.Module):
             dtype=weight.dtype,
         )
         with torch.no_grad():
-            projections = (self.q_proj.weight, self.k_proj.weight, self.v_proj.weight)
-            if module.in_proj_weight is not None:
-                module.in_proj_weight.copy_(torch.cat(projections))  # (3E, E)
-            else:
-                module.q_proj_weight.copy_(projections[0])
-                module.k_proj_weight.copy_(projections[1])
-                module.v_proj_weight.copy_(projections[2])
-            module.out_proj.weight.copy_(weight)
-            if has_bias:
-                biases = (self.q_proj.bias, self.k_proj.bias, self.v_proj.bias)
-                module.in_proj_bias.copy_(torch.cat(biases))  # (3E,)
-                module.out_proj.bias.copy_(self.out_proj.bias)
-            if self.bias_k is not None and self.bias_v is not None:
-                assert module.bias_k is not None and module.bias_v is not None
-                module.bias_k.copy_(self.bias_k.view(1, 1, -1))
-                module.bias_v.copy_(self.bias_v.view(1, 1, -1))
+            for ours, theirs in self._torch_parameter_pairs(module):
+                theirs.copy_(ours.reshape(theirs.shape))
         return module.train(self.training)
+
+    def _torch_parameter_pairs(self, module: nn.MultiheadAttention) -> list[tuple[Tensor, Tensor]]:
+        """Each parameter of this module with the tensor of ``module`` that holds it.
+
+        One table for both directions (``from_torch`` copies right to left,
+        ``to_torch`` left to right). PyTorch packs the three input projections into one
+        ``in_proj_weight`` when ``kdim == vdim == embed_dim``; ``chunk`` gives views of
+        its three parts, so copying into them writes into the packed tensor.
+        """
+        if module.in_proj_weight is not None:
+            weights = module.in_proj_weight.chunk(3)  # each (E, E)
+        else:
+            weights = (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight)
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        pairs = [(p.weight, w) for p, w in zip(projections, weights, strict=True)]
+        pairs.append((self.out_proj.weight, module.out_proj.weight))
+        if module.in_proj_bias is not None:
+            biases = module.in_proj_bias.chunk(3)  # each (E,)
+            pairs += [(p.bias, b) for p, b in zip(projections, biases, strict=True)]
+            pairs.append((self.out_proj.bias, module.out_proj.bias))
+        if module.bias_k is not None and module.bias_v is not None:
+            assert self.bias_k is not None and self.bias_v is not None
+            pairs += [(self.bias_k, module.bias_k), (self.bias_v, module.bias_v)]  # (E,), (1, 1, E)
+        return pairs
 
     def _check_inputs(
         self, query: object, key: object, value: object
