@@ -8,10 +8,11 @@ what was expected next to what was received, so a user never has to decode a
 from __future__ import annotations
 
 import math
-from numbers import Real
+from numbers import Integral, Real
 
 import torch
 from torch import Tensor
+from torch.nn.attention.bias import CausalBias, CausalVariant
 
 
 def shape_str(t: Tensor) -> str:
@@ -63,6 +64,18 @@ def check_scale(scale: object) -> float | None:
     return float(scale)
 
 
+def check_size(name: str, n: object, minimum: int = 0) -> int:
+    """Require an integer ``>= minimum`` and return it as an ``int``.
+
+    Any ``numbers.Integral`` but a bool: sizes often come from NumPy or ``tensor.shape``.
+    """
+    if isinstance(n, bool) or not isinstance(n, Integral):
+        raise TypeError(f"{name} must be an int; got {type(n).__name__} {n!r}")
+    if n < minimum:
+        raise ValueError(f"{name} must be >= {minimum}; got {n}")
+    return int(n)
+
+
 def check_flag(name: str, value: object) -> bool:
     """Require a real ``bool``: a truthy string or tensor would silently flip a mode."""
     if not isinstance(value, bool):
@@ -80,7 +93,15 @@ def check_probability(name: str, p: object) -> float:
 
 
 def check_attn_mask(attn_mask: object, scores_shape: torch.Size, query: Tensor) -> Tensor:
-    """Require a bool mask, or a float mask of ``query``'s dtype, that broadcasts to the scores."""
+    """Require a mask that broadcasts to the scores ``(..., L, S)``.
+
+    Bool (True = may attend), or float32 or the query's dtype (added to the scores), as
+    PyTorch accepts. A ``torch.nn.attention.bias.CausalBias`` becomes the bool mask it
+    stands for.
+    """
+    L, S = scores_shape[-2], scores_shape[-1]
+    if isinstance(attn_mask, CausalBias):
+        return causal_bias_mask(attn_mask, L, S, query.device)
     if not isinstance(attn_mask, Tensor):
         # f(q, k, v, True) reads True as the mask: the signature follows PyTorch's, where
         # attn_mask comes before is_causal.
@@ -91,11 +112,12 @@ def check_attn_mask(attn_mask: object, scores_shape: torch.Size, query: Tensor) 
             else ""
         )
         raise TypeError(
-            f"attn_mask must be a torch.Tensor or None; got {type(attn_mask).__name__}{hint}"
+            "attn_mask must be a torch.Tensor, a torch.nn.attention.bias.CausalBias or "
+            f"None; got {type(attn_mask).__name__}{hint}"
         )
-    if attn_mask.dtype != torch.bool and attn_mask.dtype != query.dtype:
+    if attn_mask.dtype not in (torch.bool, query.dtype, torch.float32):
         raise TypeError(
-            "attn_mask must be bool (True = may attend) or have the query's dtype "
+            "attn_mask must be bool (True = may attend), or float32 or the query's dtype "
             f"{query.dtype} (added to the scores); got {attn_mask.dtype}"
         )
     if attn_mask.device != query.device:
@@ -111,8 +133,109 @@ def check_attn_mask(attn_mask: object, scores_shape: torch.Size, query: Tensor) 
     return attn_mask
 
 
+def causal_bias_mask(bias: CausalBias, L: int, S: int, device: torch.device) -> Tensor:
+    """The bool ``(L, S)`` mask that a PyTorch ``CausalBias`` stands for.
+
+    ``causal_upper_left`` is top-left aligned, ``causal_lower_right`` bottom-right; the
+    bias must have been made for these ``L`` and ``S``.
+    """
+    if (bias.seq_len_q, bias.seq_len_kv) != (L, S):
+        raise ValueError(
+            "attn_mask (a CausalBias) must be made for the query and key lengths "
+            f"(L, S) = ({L}, {S}); got ({bias.seq_len_q}, {bias.seq_len_kv})"
+        )
+    lower_right = bias.variant == CausalVariant.LOWER_RIGHT
+    # The same rule as attention.masks.causal_mask (not imported: masks imports this module).
+    offset = S - L if lower_right else 0
+    rows = torch.arange(L, device=device).unsqueeze(-1) + offset
+    return torch.arange(S, device=device) <= rows
+
+
+def check_mask_or_causal(attn_mask: object, is_causal: object) -> bool:
+    """``attn_mask`` and ``is_causal=True`` exclude each other, as in PyTorch."""
+    is_causal = check_flag("is_causal", is_causal)
+    if attn_mask is not None and is_causal:
+        raise ValueError(
+            "pass either attn_mask or is_causal=True, not both (combine the masks into "
+            "one, e.g. attention.combine_masks(attn_mask, attention.causal_mask(L, S)))"
+        )
+    return is_causal
+
+
 def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     """Whether ``shape`` broadcasts to ``target`` without changing ``target``."""
     if len(shape) > len(target):
         return False
     return all(n == 1 or n == t for n, t in zip(reversed(shape), reversed(target), strict=False))
+
+
+def check_query_key(query: object, key: object, enable_gqa: bool) -> tuple[Tensor, Tensor]:
+    """Require query and key ``(..., [H,] L, D)``, ``(..., [Hkv,] S, D)`` that fit together."""
+    check_flag("enable_gqa", enable_gqa)
+    min_ndim = 3 if enable_gqa else 2
+    query = check_tensor("query", query, min_ndim=min_ndim)
+    key = check_tensor("key", key, min_ndim=min_ndim)
+    check_same_dtype_and_device(query=query, key=key)
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(
+            "query and key must have the same head size D (last dimension); "
+            f"got query {shape_str(query)}, key {shape_str(key)}"
+        )
+    if (
+        not enable_gqa
+        and query.ndim >= 3
+        and key.ndim >= 3
+        and 1 not in (query.shape[-3], key.shape[-3])
+        and query.shape[-3] != key.shape[-3]
+    ):
+        # Broadcasting would refuse it too; say what the user most likely meant.
+        raise ValueError(
+            "query and key must have the same number of heads, or pass enable_gqa=True "
+            f"for fewer key/value heads; got query {shape_str(query)}, key {shape_str(key)}"
+        )
+    heads = 3 if enable_gqa else 2  # the axes that are not batch axes
+    if not broadcast(query.shape[:-heads], key.shape[:-heads]):
+        expected = (
+            "(..., H, L, D) and (..., Hkv, S, D)" if enable_gqa else "(..., L, D) and (..., S, D)"
+        )
+        raise ValueError(
+            f"query and key must have leading dimensions that broadcast, {expected}; "
+            f"got query {shape_str(query)}, key {shape_str(key)}"
+        )
+    if enable_gqa:
+        H, Hkv = query.shape[-3], key.shape[-3]
+        if Hkv == 0 or H % Hkv != 0:
+            raise ValueError(
+                "with enable_gqa=True the number of query heads H must be a multiple of "
+                f"the number of key/value heads Hkv; got H={H}, Hkv={Hkv} "
+                f"(query {shape_str(query)}, key {shape_str(key)})"
+            )
+    return query, key
+
+
+def check_value(value: object, key: Tensor, enable_gqa: bool) -> Tensor:
+    """Require a value ``(..., [Hkv,] S, Dv)`` that fits the key."""
+    value = check_tensor("value", value, min_ndim=3 if enable_gqa else 2)
+    check_same_dtype_and_device(key=key, value=value)
+    heads = 3 if enable_gqa else 2
+    same_heads = not enable_gqa or value.shape[-3] == key.shape[-3]
+    if (
+        value.shape[-2] != key.shape[-2]
+        or not same_heads
+        or not broadcast(value.shape[:-heads], key.shape[:-heads])
+    ):
+        what = "heads Hkv and length S" if enable_gqa else "length S"
+        raise ValueError(
+            f"key and value must have the same {what}, and leading dimensions that "
+            f"broadcast; got key {shape_str(key)}, value {shape_str(value)}"
+        )
+    return value
+
+
+def broadcast(*shapes: torch.Size) -> bool:
+    """Whether the shapes broadcast together."""
+    try:
+        torch.broadcast_shapes(*shapes)  # type: ignore[no-untyped-call]
+    except RuntimeError:
+        return False
+    return True

@@ -43,9 +43,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
-from attention.functional import _compute_dtype, _repeat_kv_heads
+from attention.functional import repeat_kv_heads, working_dtype
 
 
 @dataclass(frozen=True)
@@ -146,15 +145,21 @@ def tiled_attention(
     enable_gqa: bool,
 ) -> Tensor:
     """Run the tiled loop on validated inputs; differentiable with respect to all four."""
-    compute_dtype = _compute_dtype(query.dtype)  # float16/bfloat16 compute in float32
-    key = _repeat_kv_heads(key, query, enable_gqa).to(compute_dtype)
-    value = _repeat_kv_heads(value, query, enable_gqa).to(compute_dtype)
+    compute_dtype = working_dtype(query.dtype)  # float16/bfloat16 compute in float32
+    key = repeat_kv_heads(key, query, enable_gqa).to(compute_dtype)
+    value = repeat_kv_heads(value, query, enable_gqa).to(compute_dtype)
+    # Leading dimensions that broadcast (keys shared by every head, say) are expanded
+    # here, as views: autograd sums the gradients of the expanded axes back.
+    batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])  # type: ignore[no-untyped-call]
+    query = query.expand(*batch, *query.shape[-2:])
+    key = key.expand(*batch, *key.shape[-2:])
+    value = value.expand(*batch, *value.shape[-2:])
     if attn_mask is not None and attn_mask.dtype != torch.bool:
         attn_mask = attn_mask.to(compute_dtype)
-    out: Tensor = _TiledAttention.apply(  # type: ignore[no-untyped-call]
+    out, _ = _TiledAttention.apply(  # type: ignore[no-untyped-call]
         query.to(compute_dtype), key, value, attn_mask, schedule, scale
     )
-    return out.to(query.dtype)
+    return out.to(query.dtype)  # type: ignore[no-any-return]
 
 
 class _TiledAttention(torch.autograd.Function):
@@ -164,30 +169,140 @@ class _TiledAttention(torch.autograd.Function):
     saved (plus the caller's ``attn_mask``, which already exists): memory linear in the
     sequence length. Autograd through the tile loop would instead save every block's
     probabilities, an ``L x S`` matrix in pieces.
+
+    A second derivative (``create_graph=True``: ``hessian``, ``gradgradcheck``, a
+    gradient penalty) needs a backward that autograd can differentiate in turn; the
+    tiled backward is not one (its log-sum-exp is a constant to autograd). In that case
+    the gradient is computed by dense attention with the same mask instead: exact, and
+    differentiable, at the dense ``L x S`` memory cost. So are the ``torch.func``
+    transforms (``vmap``, ``grad``, ``jacrev``), which run the backward on batched
+    tensors the in-place tile updates cannot take.
     """
+
+    generate_vmap_rule = False  # vmap is below: the loop already takes any batch axes
 
     @staticmethod
     def forward(
-        ctx: Any,
         query: Tensor,
         key: Tensor,
         value: Tensor,
         attn_mask: Tensor | None,
         schedule: Schedule,
         scale: float,
-    ) -> Tensor:
-        out, lse = _forward(query, key, value, attn_mask, schedule, scale)
-        ctx.save_for_backward(query, key, value, attn_mask, out, lse)
-        ctx.schedule, ctx.scale = schedule, scale
-        return out
+    ) -> tuple[Tensor, Tensor]:
+        return _forward(query, key, value, attn_mask, schedule, scale)
 
     @staticmethod
-    @once_differentiable
-    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
-        saved: tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor, Tensor] = ctx.saved_tensors
-        mask_needs_grad = ctx.needs_input_grad[3]  # False for a bool mask or no mask
-        grads = _backward(grad_out, *saved, ctx.schedule, ctx.scale, mask_needs_grad)
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+        query, key, value, attn_mask, schedule, scale = inputs
+        out, lse = output
+        ctx.mark_non_differentiable(lse)
+        ctx.save_for_backward(query, key, value, attn_mask, out, lse)
+        ctx.schedule, ctx.scale = schedule, scale
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor, _grad_lse: Tensor | None) -> tuple[Tensor | None, ...]:
+        query, key, value, attn_mask, out, lse = ctx.saved_tensors
+        if torch.is_grad_enabled() or _is_functorch_wrapped(grad_out):
+            grads = _dense_backward(grad_out, query, key, value, attn_mask, ctx)
+        else:
+            mask_needs_grad = ctx.needs_input_grad[3]  # False for a bool mask or no mask
+            grads = _backward(
+                grad_out,
+                query,
+                key,
+                value,
+                attn_mask,
+                out,
+                lse,
+                ctx.schedule,
+                ctx.scale,
+                mask_needs_grad,
+            )
         return (*grads, None, None)
+
+    @staticmethod
+    def vmap(
+        info: Any,
+        in_dims: tuple[int | None, ...],
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attn_mask: Tensor | None,
+        schedule: Schedule,
+        scale: float,
+    ) -> tuple[tuple[Tensor, Tensor], tuple[int, int]]:
+        # The loop takes any leading batch axes: make the vmapped axis the first one of
+        # every input (a mask first gets the query's number of axes).
+        def batched(t: Tensor | None, dim: int | None, ndim: int) -> Tensor | None:
+            if t is None:
+                return None
+            if dim is not None:
+                t = t.movedim(dim, 0)
+                t = t.reshape(t.shape[0], *(1,) * (ndim - t.ndim + 1), *t.shape[1:])
+            else:
+                t = t.reshape(*(1,) * (ndim - t.ndim), *t.shape).unsqueeze(0)
+            return t.expand(info.batch_size, *t.shape[1:])
+
+        ndim = query.ndim - (in_dims[0] is not None)  # logical: without the vmapped axis
+        q, k, v = (
+            batched(t, d, ndim) for t, d in zip((query, key, value), in_dims[:3], strict=True)
+        )
+        mask = batched(attn_mask, in_dims[3], ndim)
+        output = _TiledAttention.apply(q, k, v, mask, schedule, scale)  # type: ignore[no-untyped-call]
+        return output, (0, 0)
+
+
+def _is_functorch_wrapped(t: Tensor) -> bool:
+    """Whether ``t`` is a ``torch.func`` wrapper (a batched tensor under ``vmap``)."""
+    return bool(torch._C._functorch.is_functorch_wrapped_tensor(t))
+
+
+def dense_mask(schedule: Schedule, device: torch.device) -> Tensor:
+    """Bool ``(L, S)``: True for the pairs the schedule computes (visited and in band)."""
+    keep = torch.zeros(schedule.L, schedule.S, dtype=torch.bool, device=device)
+    for (i0, i1), key_blocks in zip(schedule.query_blocks(), schedule.key_blocks, strict=True):
+        for j0, j1 in key_blocks:
+            inside = (
+                None if schedule.band is None else schedule.band.block_mask(i0, i1, j0, j1, device)
+            )
+            keep[i0:i1, j0:j1] = True if inside is None else inside
+    return keep
+
+
+def _dense_backward(
+    grad_out: Tensor,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None,
+    ctx: Any,
+) -> tuple[Tensor | None, ...]:
+    """The backward formulas of the module docstring on the whole ``L x S`` matrix.
+
+    Written with ordinary tensor operations on the saved inputs: under
+    ``create_graph=True`` those inputs are still connected to the graph that made them,
+    so autograd can differentiate this gradient again, and under ``torch.func`` every
+    operation here has a batching rule.
+    """
+    from attention.functional import masked_softmax  # functional imports this module
+
+    scale, needs = ctx.scale, ctx.needs_input_grad
+    scores = (query @ key.transpose(-2, -1)) * scale  # (..., L, S)
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    elif attn_mask is not None:
+        scores = scores + attn_mask
+    keep = dense_mask(ctx.schedule, scores.device)
+    p = masked_softmax(scores.masked_fill(~keep, float("-inf")))  # (..., L, S)
+    grad_p = grad_out @ value.transpose(-2, -1)  # (..., L, S)
+    grad_s = p * (grad_p - (grad_p * p).sum(dim=-1, keepdim=True))
+    return (
+        (grad_s @ key) * scale if needs[0] else None,
+        (grad_s.transpose(-2, -1) @ query) * scale if needs[1] else None,
+        p.transpose(-2, -1) @ grad_out if needs[2] else None,
+        grad_s.sum_to_size(attn_mask.shape) if needs[3] and attn_mask is not None else None,
+    )
 
 
 def _block_scores(

@@ -48,11 +48,22 @@ from numbers import Real
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.attention.bias import CausalBias, CausalVariant
 
-from attention._checks import check_attn_mask, check_flag, check_scale, shape_str
+from attention._checks import (
+    causal_bias_mask,
+    check_attn_mask,
+    check_flag,
+    check_mask_or_causal,
+    check_query_key,
+    check_scale,
+    check_size,
+    check_value,
+    shape_str,
+)
 from attention._tiled import Band, make_schedule, tiled_attention
-from attention.functional import _check_query_key, _check_value, _compute_dtype
-from attention.masks import CausalAlignment, _check_size, check_layout
+from attention.functional import default_scale, scores_shape, working_dtype
+from attention.masks import CausalAlignment, check_layout
 
 __all__ = [
     "block_sparse_attention",
@@ -84,6 +95,9 @@ def flash_attention(
     pass is a custom `torch.autograd.Function` that recomputes each block's
     probabilities from the saved log-sum-exp $m + \log \ell$. With ``is_causal`` the
     key blocks wholly above the diagonal are skipped, not computed and masked.
+    A second derivative (``create_graph=True``, ``torch.autograd.functional.hessian``)
+    and the ``torch.func`` transforms (``vmap``, ``grad``, ``jacrev``) are exact too:
+    their backward runs on the dense ``(L, S)`` matrix, with its memory.
 
     Same arguments and results as
     [`scaled_dot_product_attention`][attention.functional.scaled_dot_product_attention]
@@ -91,12 +105,14 @@ def flash_attention(
     gradients.
 
     Args:
-        query: ``(..., L, D)``, or ``(..., H, L, D)`` with ``enable_gqa``.
+        query: ``(..., L, D)``, or ``(..., H, L, D)`` with ``enable_gqa``. The leading
+            dimensions of query, key and value broadcast, as in PyTorch.
         key: ``(..., S, D)``, or ``(..., Hkv, S, D)`` with ``enable_gqa``.
         value: ``(..., S, Dv)``, or ``(..., Hkv, S, Dv)`` with ``enable_gqa``.
         attn_mask: Optional mask broadcastable to ``(..., L, S)``. Bool: True where the
-            query may attend. Float (query's dtype): added to the scores, and
-            differentiable.
+            query may attend. Float (the query's dtype, or float32): added to the
+            scores, and differentiable. Or PyTorch's ``causal_upper_left(L, S)`` /
+            ``causal_lower_right(L, S)``, whose blocks above the diagonal are skipped.
         is_causal: Top-left aligned causal mask (query $i$ sees keys $0..i$), as in
             PyTorch. Cannot be combined with ``attn_mask``.
         scale: Factor applied to $QK^\top$; defaults to $1/\sqrt{D}$.
@@ -131,18 +147,17 @@ def flash_attention(
         True
     """
     query, key, value, scale = _check_qkv_and_scale(query, key, value, scale, enable_gqa)
-    block_q = _check_size("block_q", block_q, minimum=1)
-    block_k = _check_size("block_k", block_k, minimum=1)
-    check_flag("is_causal", is_causal)
+    block_q = check_size("block_q", block_q, minimum=1)
+    block_k = check_size("block_k", block_k, minimum=1)
+    is_causal = check_mask_or_causal(attn_mask, is_causal)
     L, S = query.shape[-2], key.shape[-2]
-    if attn_mask is not None and is_causal:
-        raise ValueError(
-            "pass either attn_mask or is_causal=True, not both "
-            "(combine the masks yourself, e.g. attn_mask & causal_mask(L, S))"
-        )
-    if attn_mask is not None:
-        attn_mask = check_attn_mask(attn_mask, torch.Size((*query.shape[:-1], S)), query)
     band = Band(low=0, high=None) if is_causal else None  # causal: distance i - j >= 0
+    if isinstance(attn_mask, CausalBias):  # a causal mask: skip blocks, don't mask them
+        causal_bias_mask(attn_mask, L, S, query.device)  # checks its lengths
+        lower_right = attn_mask.variant == CausalVariant.LOWER_RIGHT
+        band, attn_mask = Band(low=0, high=None, offset=S - L if lower_right else 0), None
+    if attn_mask is not None:
+        attn_mask = check_attn_mask(attn_mask, scores_shape(query, key, enable_gqa), query)
     schedule = make_schedule(L, S, block_q, block_k, band=band)
     return tiled_attention(query, key, value, attn_mask, schedule, scale, enable_gqa)
 
@@ -173,7 +188,8 @@ def sliding_window_attention(
     [`flash_attention`][attention.efficient.flash_attention].
 
     Args:
-        query: ``(..., L, D)``, or ``(..., H, L, D)`` with ``enable_gqa``.
+        query: ``(..., L, D)``, or ``(..., H, L, D)`` with ``enable_gqa``. The leading
+            dimensions of query, key and value broadcast, as in PyTorch.
         key: ``(..., S, D)``, or ``(..., Hkv, S, D)`` with ``enable_gqa``.
         value: ``(..., S, Dv)``, or ``(..., Hkv, S, Dv)`` with ``enable_gqa``.
         window: Window size $w \ge 1$: the number of most recent keys (causal), or
@@ -214,8 +230,8 @@ def sliding_window_attention(
         True
     """
     query, key, value, scale = _check_qkv_and_scale(query, key, value, scale, enable_gqa)
-    window = _check_size("window", window, minimum=1)
-    block_size = _check_size("block_size", block_size, minimum=1)
+    window = check_size("window", window, minimum=1)
+    block_size = check_size("block_size", block_size, minimum=1)
     check_flag("causal", causal)
     L, S = query.shape[-2], key.shape[-2]
     if alignment not in ("top_left", "bottom_right"):
@@ -252,7 +268,8 @@ def block_sparse_attention(
     [`strided_layout`][attention.masks.strided_layout] and ``is_causal=True``.
 
     Args:
-        query: ``(..., L, D)``, or ``(..., H, L, D)`` with ``enable_gqa``.
+        query: ``(..., L, D)``, or ``(..., H, L, D)`` with ``enable_gqa``. The leading
+            dimensions of query, key and value broadcast, as in PyTorch.
         key: ``(..., S, D)``, or ``(..., Hkv, S, D)`` with ``enable_gqa``.
         value: ``(..., S, Dv)``, or ``(..., Hkv, S, Dv)`` with ``enable_gqa``.
         layout: Bool ``(ceil(L / block_size), ceil(S / block_size))``, True where a block
@@ -374,15 +391,15 @@ def linear_attention(
         >>> torch.allclose(out, quadratic, atol=1e-5)
         True
     """
-    query, key = _check_query_key(query, key, enable_gqa=False)
-    value = _check_value(value, key, enable_gqa=False)
+    query, key = check_query_key(query, key, enable_gqa=False)
+    value = check_value(value, key, enable_gqa=False)
     if isinstance(eps, bool) or not isinstance(eps, Real):
         raise TypeError(f"eps must be a real number; got {type(eps).__name__}")
     if not (math.isfinite(eps) and eps >= 0):
         raise ValueError(f"eps must be finite and >= 0; got {eps}")
-    chunk_size = _check_size("chunk_size", chunk_size, minimum=1)
+    chunk_size = check_size("chunk_size", chunk_size, minimum=1)
     check_flag("is_causal", is_causal)
-    compute_dtype = _compute_dtype(query.dtype)  # float16/bfloat16 compute in float32
+    compute_dtype = working_dtype(query.dtype)  # float16/bfloat16 compute in float32
     phi = _elu_plus_one if feature_map is None else feature_map
     q, k = _apply_feature_map(phi, query.to(compute_dtype), key.to(compute_dtype))
     v = value.to(compute_dtype)
@@ -447,7 +464,6 @@ def _apply_feature_map(
 def _check_qkv_and_scale(
     query: Tensor, key: Tensor, value: Tensor, scale: float | None, enable_gqa: bool
 ) -> tuple[Tensor, Tensor, Tensor, float]:
-    query, key = _check_query_key(query, key, enable_gqa)
-    value = _check_value(value, key, enable_gqa)
-    checked = check_scale(scale)
-    return query, key, value, 1.0 / math.sqrt(query.shape[-1]) if checked is None else checked
+    query, key = check_query_key(query, key, enable_gqa)
+    value = check_value(value, key, enable_gqa)
+    return query, key, value, default_scale(query, check_scale(scale))

@@ -8,10 +8,14 @@ $$
 with $Q \in \mathbb{R}^{L \times D}$, $K \in \mathbb{R}^{S \times D}$,
 $V \in \mathbb{R}^{S \times D_v}$ and an optional mask $M$ ($0$ where a query may
 attend, $-\infty$ where it may not). Any number of leading batch dimensions is
-allowed. The functions here return the same values as
-`torch.nn.functional.scaled_dot_product_attention` for every input PyTorch accepts,
-and differ on purpose in one place: a query whose keys are all masked gets an output
-of zeros, with no NaN in the output or in any gradient.
+allowed, and they broadcast between query, key and value as in PyTorch. The functions
+here return the same values as `torch.nn.functional.scaled_dot_product_attention`
+wherever both accept the input, including a query whose keys are all masked (a row of
+zeros, with no NaN in the output or in any gradient) and a head size of 0 (the mean of
+the values). Where they refuse what PyTorch accepts, they say so: ``attn_mask``
+together with ``is_causal=True`` is always an error here (PyTorch's math path refuses
+it too, while its fused CPU kernel accepts it for some 4-D inputs), and so are masks of
+an integer dtype.
 
 References:
     - Vaswani et al., "Attention Is All You Need", 2017.
@@ -27,12 +31,11 @@ from torch import Tensor
 
 from attention._checks import (
     check_attn_mask,
-    check_flag,
+    check_mask_or_causal,
     check_probability,
-    check_same_dtype_and_device,
+    check_query_key,
     check_scale,
-    check_tensor,
-    shape_str,
+    check_value,
 )
 from attention.masks import causal_mask
 
@@ -54,10 +57,13 @@ def attention_weights(
     0, not 1) instead of NaN.
 
     Args:
-        query: ``(..., L, D)``, or ``(..., H, L, D)`` with ``enable_gqa``.
+        query: ``(..., L, D)``, or ``(..., H, L, D)`` with ``enable_gqa``. The leading
+            dimensions of query, key and value broadcast, as in PyTorch.
         key: ``(..., S, D)``, or ``(..., Hkv, S, D)`` with ``enable_gqa``.
         attn_mask: Optional mask broadcastable to ``(..., L, S)``. Bool: True where the
-            query may attend. Float (query's dtype): added to the scores.
+            query may attend. Float (the query's dtype, or float32): added to the
+            scores. Or PyTorch's ``causal_upper_left(L, S)`` /
+            ``causal_lower_right(L, S)`` (``torch.nn.attention.bias``).
         is_causal: Apply a top-left aligned causal mask (query $i$ sees keys
             $0..i$), as PyTorch does. Cannot be combined with ``attn_mask``.
         scale: Factor applied to $Q K^\top$; defaults to $1/\sqrt{D}$.
@@ -87,7 +93,7 @@ def attention_weights(
         >>> w[0]  # softmax([1, 0, 1])
         tensor([0.4223, 0.1554, 0.4223])
     """
-    query, key = _check_query_key(query, key, enable_gqa)
+    query, key = check_query_key(query, key, enable_gqa)
     return _probabilities(query, key, attn_mask, is_causal, scale, enable_gqa).to(query.dtype)
 
 
@@ -109,11 +115,14 @@ def scaled_dot_product_attention(
     weighted sum of values (see [`attention_weights`][attention.attention_weights]).
 
     Args:
-        query: ``(..., L, D)``, or ``(..., H, L, D)`` with ``enable_gqa``.
+        query: ``(..., L, D)``, or ``(..., H, L, D)`` with ``enable_gqa``. The leading
+            dimensions of query, key and value broadcast, as in PyTorch.
         key: ``(..., S, D)``, or ``(..., Hkv, S, D)`` with ``enable_gqa``.
         value: ``(..., S, Dv)``, or ``(..., Hkv, S, Dv)`` with ``enable_gqa``.
         attn_mask: Optional mask broadcastable to ``(..., L, S)``. Bool: True where the
-            query may attend. Float (query's dtype): added to the scores.
+            query may attend. Float (the query's dtype, or float32): added to the
+            scores. Or PyTorch's ``causal_upper_left(L, S)`` /
+            ``causal_lower_right(L, S)`` (``torch.nn.attention.bias``).
         dropout_p: Probability of zeroing an attention weight (the survivors are
             scaled by $1/(1-p)$). Applied whenever it is above 0: like PyTorch's
             function, this one has no notion of training mode, so pass 0 at
@@ -157,13 +166,13 @@ def scaled_dot_product_attention(
         tensor([[5.]])
     """
     # Validate everything before any arithmetic, so errors name the argument at fault.
-    query, key = _check_query_key(query, key, enable_gqa)
-    value = _check_value(value, key, enable_gqa)
+    query, key = check_query_key(query, key, enable_gqa)
+    value = check_value(value, key, enable_gqa)
     dropout_p = check_probability("dropout_p", dropout_p)
     weights = _probabilities(query, key, attn_mask, is_causal, scale, enable_gqa)
     if dropout_p > 0.0:
         weights = torch.dropout(weights, dropout_p, train=True)
-    value = _repeat_kv_heads(value, query, enable_gqa).to(weights.dtype)
+    value = repeat_kv_heads(value, query, enable_gqa).to(weights.dtype)
     out = weights @ value  # (..., L, S) @ (..., S, Dv) -> (..., L, Dv)
     return out.to(query.dtype)
 
@@ -177,96 +186,70 @@ def _probabilities(
     enable_gqa: bool,
 ) -> Tensor:
     """Scores, mask and softmax for validated query and key, in the compute dtype."""
-    L, S, D = query.shape[-2], key.shape[-2], query.shape[-1]
-    check_flag("is_causal", is_causal)
-    scale = check_scale(scale)
-    if scale is None:
-        scale = 1.0 / math.sqrt(D)
-    if attn_mask is not None and is_causal:
-        raise ValueError(
-            "pass either attn_mask or is_causal=True, not both "
-            "(combine the masks yourself, e.g. attn_mask & causal_mask(L, S))"
-        )
+    L, S = query.shape[-2], key.shape[-2]
+    is_causal = check_mask_or_causal(attn_mask, is_causal)
+    scale = default_scale(query, check_scale(scale))
     if is_causal:
         attn_mask = causal_mask(L, S, device=query.device)
     if attn_mask is not None:
-        attn_mask = check_attn_mask(attn_mask, torch.Size((*query.shape[:-1], S)), query)
+        attn_mask = check_attn_mask(attn_mask, scores_shape(query, key, enable_gqa), query)
 
     # float16/bfloat16 lose too much in a long sum of products and in exp(), so, like
     # PyTorch's CPU reference path, compute in float32 and round once at the end.
-    compute_dtype = _compute_dtype(query.dtype)
-    key = _repeat_kv_heads(key, query, enable_gqa).to(compute_dtype)
+    compute_dtype = working_dtype(query.dtype)
+    key = repeat_kv_heads(key, query, enable_gqa).to(compute_dtype)
     query = query.to(compute_dtype)
 
     scores = (query @ key.transpose(-2, -1)) * scale  # (..., L, S)
-
-    if attn_mask is None:
-        return torch.softmax(scores, dim=-1)
-
-    if attn_mask.dtype == torch.bool:
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
         scores = scores.masked_fill(~attn_mask, float("-inf"))
-    else:
+    elif attn_mask is not None:
         scores = scores + attn_mask.to(compute_dtype)
-    # softmax over a row of -inf is 0/0 = NaN, and that NaN flows back into every
-    # gradient. Give empty rows a harmless finite row, then zero their weights. Only a
-    # mask can empty a row, so unmasked attention skips this (and its L x S copies).
-    empty_row = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (..., L, 1)
-    scores.masked_fill_(empty_row, 0.0)  # in place: scores is ours, and not saved
+    return masked_softmax(scores)
+
+
+def masked_softmax(scores: Tensor) -> Tensor:
+    """Softmax over the last axis, with a row of only ``-inf`` giving zeros, not NaN.
+
+    Such a row comes from a mask that hides every key, or from keys that are ``-inf``
+    themselves. softmax would compute 0/0 = NaN there, and that NaN would flow back into
+    every gradient; PyTorch returns zeros. The row's maximum tells (one read of the
+    scores, no ``L x S`` copy), and only when a row is empty are the scores touched.
+    """
+    if scores.shape[-1] == 0:  # no keys at all: nothing to attend to, zeros
+        return torch.softmax(scores, dim=-1)
+    empty_row = torch.isneginf(scores.amax(dim=-1, keepdim=True))  # (..., L, 1)
+    if not empty_row.any():
+        return torch.softmax(scores, dim=-1)
+    scores = scores.masked_fill(empty_row, 0.0)  # any finite row: its weights become 0
     return torch.softmax(scores, dim=-1).masked_fill(empty_row, 0.0)
 
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+def default_scale(query: Tensor, scale: float | None) -> float:
+    r"""``scale``, or $1/\sqrt{D}$ when it is ``None``.
+
+    With ``D = 0`` every score is an empty sum, 0, whatever the scale: 1 stands in for
+    $1/\sqrt{0}$, and the output is the mean of the values, as in PyTorch.
+    """
+    if scale is not None:
+        return scale
+    D = query.shape[-1]
+    return 1.0 / math.sqrt(D) if D > 0 else 1.0
+
+
+def scores_shape(query: Tensor, key: Tensor, enable_gqa: bool) -> torch.Size:
+    """``(..., L, S)``: the query's and key's leading dimensions broadcast together."""
+    heads = 3 if enable_gqa else 2  # with GQA the head axes differ (H vs Hkv): keep H
+    batch = torch.broadcast_shapes(query.shape[:-heads], key.shape[:-heads])  # type: ignore[no-untyped-call]
+    return torch.Size((*batch, *query.shape[-heads:-1], key.shape[-2]))
+
+
+def working_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for float16/bfloat16 (too coarse for long sums and exp), else ``dtype``."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def _check_query_key(query: object, key: object, enable_gqa: bool) -> tuple[Tensor, Tensor]:
-    check_flag("enable_gqa", enable_gqa)
-    min_ndim = 3 if enable_gqa else 2
-    query = check_tensor("query", query, min_ndim=min_ndim)
-    key = check_tensor("key", key, min_ndim=min_ndim)
-    check_same_dtype_and_device(query=query, key=key)
-    if query.shape[-1] != key.shape[-1]:
-        raise ValueError(
-            "query and key must have the same head size D (last dimension); "
-            f"got query {shape_str(query)}, key {shape_str(key)}"
-        )
-    batch_dims = slice(0, -3) if enable_gqa else slice(0, -2)
-    if query.ndim != key.ndim or query.shape[batch_dims] != key.shape[batch_dims]:
-        if enable_gqa:
-            expected = "(..., H, L, D) and (..., Hkv, S, D)"
-        else:
-            expected = "(..., L, D) and (..., S, D)"
-        hint = ""
-        if not enable_gqa and query.ndim == key.ndim >= 3 and query.shape[:-3] == key.shape[:-3]:
-            hint = " (for fewer key/value heads than query heads pass enable_gqa=True)"
-        raise ValueError(
-            f"query and key must have the same leading dimensions {expected}; "
-            f"got query {shape_str(query)}, key {shape_str(key)}{hint}"
-        )
-    if enable_gqa:
-        H, Hkv = query.shape[-3], key.shape[-3]
-        if Hkv == 0 or H % Hkv != 0:
-            raise ValueError(
-                "with enable_gqa=True the number of query heads H must be a multiple of "
-                f"the number of key/value heads Hkv; got H={H}, Hkv={Hkv} "
-                f"(query {shape_str(query)}, key {shape_str(key)})"
-            )
-    return query, key
-
-
-def _check_value(value: object, key: Tensor, enable_gqa: bool) -> Tensor:
-    value = check_tensor("value", value, min_ndim=key.ndim)
-    check_same_dtype_and_device(key=key, value=value)
-    if value.ndim != key.ndim or value.shape[:-1] != key.shape[:-1]:
-        what = "heads Hkv and length S" if enable_gqa else "length S"
-        raise ValueError(
-            f"key and value must have the same leading dimensions and {what}; "
-            f"got key {shape_str(key)}, value {shape_str(value)}"
-        )
-    return value
-
-
-def _repeat_kv_heads(kv: Tensor, query: Tensor, enable_gqa: bool) -> Tensor:
+def repeat_kv_heads(kv: Tensor, query: Tensor, enable_gqa: bool) -> Tensor:
     """Repeat each key/value head ``H // Hkv`` times so it lines up with its query heads."""
     if not enable_gqa:
         return kv

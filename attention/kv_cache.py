@@ -57,6 +57,19 @@ class KVCache:
     def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """Append new keys and values along the sequence axis and return all of them.
 
+        [`extended`][attention.kv_cache.KVCache.extended] (same arguments, result and
+        errors), then storing its result.
+        """
+        self.key, self.value = self.extended(key, value)
+        return self.key, self.value
+
+    def extended(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """The cached keys and values with the new ones appended, without storing them.
+
+        A layer that may still fail after reading the cache (a bad mask, say) calls this
+        first and stores the result only once it has succeeded, so that a failed call
+        leaves the cache unchanged.
+
         Args:
             key: ``(B, Hkv, L_new, D)`` keys of the new positions.
             value: ``(B, Hkv, L_new, Dv)`` values of the new positions.
@@ -79,7 +92,6 @@ class KVCache:
                 f"got key {shape_str(key)}, value {shape_str(value)}"
             )
         if self.key is None or self.value is None:
-            self.key, self.value = key, value
             return key, value
         check_same_dtype_and_device(cached_key=self.key, key=key)
         if key.shape[:2] != self.key.shape[:2] or key.shape[-1] != self.key.shape[-1]:
@@ -92,9 +104,9 @@ class KVCache:
                 f"new values must match the cached value size Dv; got value "
                 f"{shape_str(value)}, cached {shape_str(self.value)}"
             )
-        self.key = torch.cat([self.key, key], dim=-2)  # (B, Hkv, S + L_new, D)
-        self.value = torch.cat([self.value, value], dim=-2)  # (B, Hkv, S + L_new, Dv)
-        return self.key, self.value
+        all_keys = torch.cat([self.key, key], dim=-2)  # (B, Hkv, S + L_new, D)
+        all_values = torch.cat([self.value, value], dim=-2)  # (B, Hkv, S + L_new, Dv)
+        return all_keys, all_values
 
     def reset(self) -> None:
         """Forget every cached position (start a new sequence)."""

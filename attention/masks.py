@@ -29,7 +29,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from attention._checks import check_flag
+from attention._checks import check_flag, check_size
 
 __all__ = [
     "block_sparse_mask",
@@ -145,7 +145,7 @@ def sliding_window_mask(
                 [0, 1, 1, 1],
                 [0, 0, 1, 1]], dtype=torch.int32)
     """
-    window = _check_size("window", window, minimum=1)
+    window = check_size("window", window, minimum=1)
     check_flag("causal", causal)
     distance = query_key_distance(L, S, alignment, device)  # (L, S)
     if causal:
@@ -232,8 +232,8 @@ def strided_layout(
                 [1, 0, 1, 1, 1, 0],
                 [0, 1, 0, 1, 1, 1]], dtype=torch.int32)
     """
-    num_blocks = _check_size("num_blocks", num_blocks)
-    stride = _check_size("stride", stride, minimum=1)
+    num_blocks = check_size("num_blocks", num_blocks)
+    stride = check_size("stride", stride, minimum=1)
     distance = query_key_distance(num_blocks, num_blocks, "top_left", device)  # (n, n)
     return (distance >= 0) & ((distance < stride) | (distance % stride == 0))
 
@@ -252,9 +252,9 @@ def check_layout(
         raise ValueError(
             f"layout must be 2-D (query blocks, key blocks); got shape {tuple(layout.shape)}"
         )
-    size = _check_size("block_size", block_size, minimum=1)
-    L = layout.shape[0] * size if L is None else _check_size("L", L)
-    S = layout.shape[1] * size if S is None else _check_size("S", S)
+    size = check_size("block_size", block_size, minimum=1)
+    L = layout.shape[0] * size if L is None else check_size("L", L)
+    S = layout.shape[1] * size if S is None else check_size("S", S)
     expected = (-(-L // size), -(-S // size))  # ceiling division
     if tuple(layout.shape) != expected:
         raise ValueError(
@@ -302,9 +302,9 @@ def padding_mask(
                 [0, 0, 0, 1, 1]], dtype=torch.int32)
     """
     if isinstance(lengths, list):
-        if not all(isinstance(n, int) and not isinstance(n, bool) for n in lengths):
+        if not all(isinstance(n, Integral) and not isinstance(n, bool) for n in lengths):
             raise TypeError(f"lengths must be integers; got {lengths!r}")
-        lengths = torch.tensor(lengths, dtype=torch.long, device=device)
+        lengths = torch.tensor([int(n) for n in lengths], dtype=torch.long, device=device)
     if not isinstance(lengths, Tensor):
         raise TypeError(
             f"lengths must be a 1-D integer tensor or a list of ints; got {type(lengths).__name__}"
@@ -318,7 +318,7 @@ def padding_mask(
     longest = int(lengths.max()) if lengths.numel() else 0
     if max_length is None:
         max_length = longest
-    max_length = _check_size("max_length", max_length)
+    max_length = check_size("max_length", max_length)
     if lengths.numel() and int(lengths.min()) < 0:
         raise ValueError(f"lengths must be >= 0; got {lengths.tolist()}")
     if longest > max_length:
@@ -362,6 +362,13 @@ def combine_masks(*masks: Tensor | None) -> Tensor:
     for i, m in enumerate(given):
         if not isinstance(m, Tensor):
             raise TypeError(f"masks[{i}] must be a torch.Tensor or None; got {type(m).__name__}")
+        if m.dtype != torch.bool and not m.is_floating_point():
+            # A uint8/int mask is ambiguous (0/1 flags or an additive bias?): summing
+            # two "keep" flags would give 2. Ask for bool instead.
+            raise TypeError(
+                f"masks[{i}] must be bool (True = may attend) or floating (added to the "
+                f"scores); got {m.dtype}: convert 0/1 flags with mask.bool()"
+            )
     shape = _broadcast_shape([tuple(m.shape) for m in given])
     float_dtypes = {m.dtype for m in given if m.dtype != torch.bool}
     if not float_dtypes:
@@ -415,15 +422,6 @@ def mask_to_bias(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
     return bias.masked_fill(~mask, float("-inf"))
 
 
-def _check_size(name: str, n: object, minimum: int = 0) -> int:
-    # Integral, not int: sizes often come from NumPy (np.int64) or from tensor.shape.
-    if isinstance(n, bool) or not isinstance(n, Integral):
-        raise TypeError(f"{name} must be an int; got {type(n).__name__}")
-    if n < minimum:
-        raise ValueError(f"{name} must be >= {minimum}; got {n}")
-    return int(n)
-
-
 def _broadcast_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
     """The shape all ``shapes`` broadcast to, or a ValueError listing them."""
     ndim = max(len(s) for s in shapes)
@@ -445,8 +443,8 @@ def query_key_distance(
     place queries the same way for each ``alignment``.
     """
     S = L if S is None else S
-    L = _check_size("L", L)
-    S = _check_size("S", S)
+    L = check_size("L", L)
+    S = check_size("S", S)
     if alignment == "top_left":
         offset = 0
     elif alignment == "bottom_right":

@@ -40,6 +40,7 @@ from attention._checks import (
     check_flag,
     check_probability,
     check_same_dtype_and_device,
+    check_size,
     check_tensor,
     shape_str,
 )
@@ -85,11 +86,15 @@ class MultiHeadAttention(nn.Module):
         kdim: Width of the ``key`` input; defaults to ``embed_dim``.
         vdim: Width of the ``value`` input; defaults to ``embed_dim``.
         batch_first: Inputs are ``(B, L, E)`` if True, ``(L, B, E)`` if False.
+        add_bias_kv: Append a learned key and value (``bias_k``, ``bias_v``) to every
+            sequence's keys and values, as PyTorch's option does.
+        add_zero_attn: Append a key and value of zeros, which every query may attend
+            to (after the ``add_bias_kv`` ones), as PyTorch's option does.
         device: Device of the parameters.
         dtype: Dtype of the parameters.
 
     Raises:
-        TypeError: If a size is not an int.
+        TypeError: If a size is not an int or a flag is not a bool.
         ValueError: If a size is not positive, ``embed_dim`` is not divisible by
             ``num_heads``, ``num_kv_heads`` does not divide ``num_heads``, or
             ``dropout`` is outside $[0, 1)$.
@@ -122,6 +127,8 @@ class MultiHeadAttention(nn.Module):
         kdim: int | None = None,
         vdim: int | None = None,
         batch_first: bool = True,
+        add_bias_kv: bool = False,
+        add_zero_attn: bool = False,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -136,10 +143,7 @@ class MultiHeadAttention(nn.Module):
             ("kdim", kdim),
             ("vdim", vdim),
         ):
-            if isinstance(n, bool) or not isinstance(n, int):
-                raise TypeError(f"{name} must be an int; got {type(n).__name__}")
-            if n < 1:
-                raise ValueError(f"{name} must be >= 1; got {n}")
+            check_size(name, n, minimum=1)
         if embed_dim % num_heads != 0:
             raise ValueError(
                 "embed_dim must be divisible by num_heads (each head gets embed_dim / "
@@ -150,6 +154,14 @@ class MultiHeadAttention(nn.Module):
                 "num_kv_heads must divide num_heads (each key/value head serves a "
                 f"group of query heads); got num_heads={num_heads}, num_kv_heads={num_kv_heads}"
             )
+        embed_dim, num_heads, num_kv_heads = int(embed_dim), int(num_heads), int(num_kv_heads)
+        kdim, vdim = int(kdim), int(vdim)  # NumPy integers included
+        for name, flag in (
+            ("bias", bias),
+            ("add_bias_kv", add_bias_kv),
+            ("add_zero_attn", add_zero_attn),
+        ):
+            check_flag(name, flag)
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
@@ -157,7 +169,7 @@ class MultiHeadAttention(nn.Module):
         self.kdim = kdim
         self.vdim = vdim
         self.dropout = check_probability("dropout", dropout)
-        self.batch_first = batch_first
+        self.batch_first = check_flag("batch_first", batch_first)
 
         kv_width = num_kv_heads * self.head_dim
         factory = {"device": device, "dtype": dtype}
@@ -165,6 +177,14 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(kdim, kv_width, bias=bias, **factory)
         self.v_proj = nn.Linear(vdim, kv_width, bias=bias, **factory)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
+        # add_bias_kv: one learned key and value appended to every sequence's keys and
+        # values, which every query may attend to (PyTorch's option, from fairseq).
+        self.bias_k: nn.Parameter | None = None
+        self.bias_v: nn.Parameter | None = None
+        if add_bias_kv:
+            self.bias_k = nn.Parameter(torch.empty(kv_width, device=device, dtype=dtype))
+            self.bias_v = nn.Parameter(torch.empty(kv_width, device=device, dtype=dtype))
+        self.add_zero_attn = add_zero_attn
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -174,6 +194,9 @@ class MultiHeadAttention(nn.Module):
         for proj in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
             if proj.bias is not None:
                 nn.init.zeros_(proj.bias)
+        for extra in (self.bias_k, self.bias_v):
+            if extra is not None:
+                nn.init.xavier_normal_(extra.view(1, 1, -1))  # as PyTorch, on (1, 1, E)
 
     def forward(
         self,
@@ -233,21 +256,29 @@ class MultiHeadAttention(nn.Module):
         S = key.shape[1]
         H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
 
+        if unbatched and key_padding_mask is not None and key_padding_mask.ndim == 1:
+            key_padding_mask = key_padding_mask.unsqueeze(0)  # (S,) -> (1, S), as PyTorch
+
         q = self.q_proj(query).view(B, L, H, D).transpose(1, 2)  # (B, H, L, D)
         k = self.k_proj(key).view(B, S, Hkv, D).transpose(1, 2)  # (B, Hkv, S, D)
         v = self.v_proj(value).view(B, S, Hkv, D).transpose(1, 2)  # (B, Hkv, S, D)
         if kv_cache is not None:
-            k, v = kv_cache.append(k, v)  # (B, Hkv, S_total, D)
+            # Not stored yet: a call that fails below must leave the cache as it was.
+            k, v = kv_cache.extended(k, v)  # (B, Hkv, S_total, D)
+            extended = (k, v)
 
         mask = self._combined_mask(
             attn_mask, key_padding_mask, is_causal, q, k.shape[-2], kv_cache is not None
         )
+        k, v, mask = self._extra_keys(k, v, mask, kv_cache is not None)
         weights = attention_weights(q, k, mask, enable_gqa=Hkv != H)  # (B, H, L, S)
         if self.training and self.dropout > 0.0:
             weights = torch.dropout(weights, self.dropout, train=True)
         v = v.repeat_interleave(H // Hkv, dim=1)  # (B, H, S, D): each group shares a head
         heads = weights @ v  # (B, H, L, D)
         out = self.out_proj(heads.transpose(1, 2).reshape(B, L, H * D))  # (B, L, E)
+        if kv_cache is not None:
+            kv_cache.key, kv_cache.value = extended  # the call succeeded: keep them
 
         if not self.batch_first:
             out = out.transpose(0, 1)  # (L, B, E)
@@ -264,8 +295,7 @@ class MultiHeadAttention(nn.Module):
         """Build a module with the weights (and settings) of a ``torch.nn.MultiheadAttention``.
 
         Args:
-            module: The PyTorch module. ``add_bias_kv`` and ``add_zero_attn`` are not
-                supported.
+            module: The PyTorch module.
 
         Returns:
             A ``MultiHeadAttention`` that computes what ``module`` computes, in the
@@ -273,7 +303,6 @@ class MultiHeadAttention(nn.Module):
 
         Raises:
             TypeError: If ``module`` is not a ``torch.nn.MultiheadAttention``.
-            ValueError: If it uses ``add_bias_kv`` or ``add_zero_attn``.
 
         Examples:
             >>> import torch
@@ -288,8 +317,6 @@ class MultiHeadAttention(nn.Module):
             raise TypeError(
                 f"module must be a torch.nn.MultiheadAttention; got {type(module).__name__}"
             )
-        if module.bias_k is not None or module.add_zero_attn:
-            raise ValueError("add_bias_kv and add_zero_attn are not supported")
         reference = module.out_proj.weight
         has_bias = module.in_proj_bias is not None
         new = cls(
@@ -300,6 +327,8 @@ class MultiHeadAttention(nn.Module):
             kdim=module.kdim,
             vdim=module.vdim,
             batch_first=module.batch_first,
+            add_bias_kv=module.bias_k is not None,
+            add_zero_attn=module.add_zero_attn,
             device=reference.device,
             dtype=reference.dtype,
         )
@@ -316,6 +345,10 @@ class MultiHeadAttention(nn.Module):
                 for proj, b in zip(projections, module.in_proj_bias.chunk(3), strict=True):
                     proj.bias.copy_(b)
                 new.out_proj.bias.copy_(module.out_proj.bias)
+            if new.bias_k is not None and new.bias_v is not None:
+                assert module.bias_k is not None and module.bias_v is not None
+                new.bias_k.copy_(module.bias_k.flatten())  # (1, 1, E) -> (E,)
+                new.bias_v.copy_(module.bias_v.flatten())
         return new.train(module.training)
 
     def to_torch(self) -> nn.MultiheadAttention:
@@ -348,6 +381,8 @@ class MultiHeadAttention(nn.Module):
             kdim=self.kdim,
             vdim=self.vdim,
             batch_first=self.batch_first,
+            add_bias_kv=self.bias_k is not None,
+            add_zero_attn=self.add_zero_attn,
             device=weight.device,
             dtype=weight.dtype,
         )
@@ -364,6 +399,10 @@ class MultiHeadAttention(nn.Module):
                 biases = (self.q_proj.bias, self.k_proj.bias, self.v_proj.bias)
                 module.in_proj_bias.copy_(torch.cat(biases))  # (3E,)
                 module.out_proj.bias.copy_(self.out_proj.bias)
+            if self.bias_k is not None and self.bias_v is not None:
+                assert module.bias_k is not None and module.bias_v is not None
+                module.bias_k.copy_(self.bias_k.view(1, 1, -1))
+                module.bias_v.copy_(self.bias_v.view(1, 1, -1))
         return module.train(self.training)
 
     def _check_inputs(
@@ -412,6 +451,36 @@ class MultiHeadAttention(nn.Module):
                 f"got key {shape_str(key)}, value {shape_str(value)}"
             )
         return query, key, value, unbatched
+
+    def _extra_keys(
+        self, k: Tensor, v: Tensor, mask: Tensor | None, cached: bool
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Append the ``add_bias_kv`` key/value and the ``add_zero_attn`` zero key/value.
+
+        Both are keys every query may attend to, appended after the sequence's own, in
+        PyTorch's order; the mask gets a "may attend" column for each.
+        """
+        extra_k, extra_v = [], []
+        B, Hkv, _, D = k.shape
+        if self.bias_k is not None and self.bias_v is not None:
+            extra_k.append(self.bias_k.view(1, Hkv, 1, D).expand(B, Hkv, 1, D))
+            extra_v.append(self.bias_v.view(1, Hkv, 1, D).expand(B, Hkv, 1, D))
+        if self.add_zero_attn:
+            extra_k.append(k.new_zeros(B, Hkv, 1, D))
+            extra_v.append(v.new_zeros(B, Hkv, 1, D))
+        if not extra_k:
+            return k, v, mask
+        if cached:
+            raise ValueError(
+                "kv_cache cannot be combined with add_bias_kv or add_zero_attn: the extra "
+                "keys would be appended to the cache at every step"
+            )
+        if mask is not None:
+            mask = mask.expand(*mask.shape[:-1], k.shape[-2])
+            attend = torch.ones if mask.dtype == torch.bool else torch.zeros
+            pad = attend(*mask.shape[:-1], len(extra_k), dtype=mask.dtype, device=mask.device)
+            mask = torch.cat([mask, pad], dim=-1)
+        return torch.cat([k, *extra_k], dim=-2), torch.cat([v, *extra_v], dim=-2), mask
 
     def _combined_mask(
         self,

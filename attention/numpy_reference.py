@@ -649,7 +649,10 @@ def _check_query_key_value(
 def _check_scale(scale: object, query: FloatArray) -> float:
     """Require ``None`` (meaning 1/sqrt(D)) or a finite real number."""
     if scale is None:
-        return 1.0 / math.sqrt(query.shape[-1])
+        D = query.shape[-1]
+        # D = 0: every score is an empty sum, 0, at any scale (PyTorch gives the mean
+        # of the values); 1 stands in for 1/sqrt(0).
+        return 1.0 / math.sqrt(D) if D > 0 else 1.0
     if isinstance(scale, bool) or not isinstance(scale, Real):
         raise TypeError(f"scale must be a real number or None; got {type(scale).__name__}")
     if not math.isfinite(float(scale)):

@@ -54,7 +54,14 @@ from numbers import Real
 import torch
 from torch import Tensor, nn
 
-from attention._checks import broadcasts_to, check_same_dtype_and_device, check_tensor, shape_str
+from attention._checks import (
+    broadcasts_to,
+    check_same_dtype_and_device,
+    check_size,
+    check_tensor,
+    shape_str,
+)
+from attention.functional import working_dtype
 from attention.masks import CausalAlignment, query_key_distance
 
 __all__ = [
@@ -129,8 +136,8 @@ def sinusoidal_encoding(
         tensor([[0.0000, 1.0000, 0.0000],
                 [0.8415, 0.5403, 0.0022]])
     """
-    _check_int("length", length, minimum=0)
-    _check_int("dim", dim, minimum=1)
+    length = check_size("length", length, minimum=0)
+    dim = check_size("dim", dim, minimum=1)
     base = _check_base(base)
     dtype = _check_dtype(dtype)
     positions = torch.arange(length, device=device, dtype=torch.float64)  # (L,)
@@ -189,8 +196,8 @@ class LearnedPositionalEmbedding(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        self.max_length = _check_int("max_length", max_length, minimum=1)
-        self.embed_dim = _check_int("embed_dim", embed_dim, minimum=1)
+        self.max_length = check_size("max_length", max_length, minimum=1)
+        self.embed_dim = check_size("embed_dim", embed_dim, minimum=1)
         self.weight = nn.Parameter(torch.empty(max_length, embed_dim, device=device, dtype=dtype))
         self.reset_parameters()
 
@@ -217,7 +224,7 @@ class LearnedPositionalEmbedding(nn.Module):
                 ``offset`` is negative, or ``offset + L > max_length``.
         """
         x = check_tensor("x", x, min_ndim=2)
-        offset = _check_int("offset", offset, minimum=0)
+        offset = check_size("offset", offset, minimum=0)
         check_same_dtype_and_device(x=x, weight=self.weight)
         L = x.shape[-2]
         if x.shape[-1] != self.embed_dim:
@@ -326,7 +333,7 @@ def apply_rotary(x: Tensor, positions: Tensor | None = None, *, base: float = 10
     positions = _check_positions(positions, x)
 
     angles = positions.to(torch.float64).unsqueeze(-1) * _frequencies(D, base, x.device)
-    compute_dtype = _compute_dtype(x.dtype)
+    compute_dtype = working_dtype(x.dtype)
     cos = angles.cos().to(compute_dtype)  # (..., L, D/2)
     sin = angles.sin().to(compute_dtype)  # (..., L, D/2)
 
@@ -379,7 +386,7 @@ def alibi_slopes(
         >>> alibi_slopes(6) * 256
         tensor([ 64.,  16.,   4.,   1., 128.,  32.])
     """
-    _check_int("num_heads", num_heads, minimum=1)
+    num_heads = check_size("num_heads", num_heads, minimum=1)
     dtype = _check_dtype(dtype)
     closest_power_of_two = 1 << (num_heads.bit_length() - 1)
     slopes = _geometric_slopes(closest_power_of_two)
@@ -476,18 +483,6 @@ def _frequencies(dim: int, base: float, device: torch.device | str | None) -> Te
 def _geometric_slopes(n: int) -> list[float]:
     """ALiBi's slopes for a power of two ``n``: ``2 ** (-8 h / n)`` for ``h = 1..n``."""
     return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
-def _check_int(name: str, n: object, minimum: int) -> int:
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"{name} must be an int; got {type(n).__name__}")
-    if n < minimum:
-        raise ValueError(f"{name} must be >= {minimum}; got {n}")
-    return n
 
 
 def _check_base(base: object) -> float:

@@ -43,7 +43,7 @@ from matplotlib.ticker import MaxNLocator
 from numpy.typing import NDArray
 from torch import Tensor
 
-from attention._checks import check_tensor
+from attention._checks import check_size, check_tensor
 
 __all__ = [
     "attention_entropy",
@@ -133,11 +133,13 @@ def plot_attention(
         hint=" (for several heads use plot_attention_heads, or select one: weights[0])",
     )
     L, S = matrix.shape
-    if L == S:
-        query_labels = key_labels if query_labels is None else query_labels
-        key_labels = query_labels if key_labels is None else key_labels
+    # Read each argument once (it may be a generator), then share: square weights use
+    # one set of labels for both axes when only one is given.
     rows = _check_labels("query_labels", query_labels, L, "query (L)")
     columns = _check_labels("key_labels", key_labels, S, "key (S)")
+    if L == S:
+        rows = columns if rows is None else rows
+        columns = rows if columns is None else columns
 
     if ax is None:
         ax = _new_axes((min(2.5 + _CELL_INCHES * S, 16.0), min(1.5 + _CELL_INCHES * L, 16.0)))
@@ -227,20 +229,18 @@ def plot_attention_heads(
     H, L, S = array.shape
     if ncols is None:
         ncols = min(H, 4)
-    if isinstance(ncols, bool) or not isinstance(ncols, int):
-        raise TypeError(f"ncols must be an int or None; got {type(ncols).__name__}")
-    if ncols < 1:
-        raise ValueError(f"ncols must be at least 1; got {ncols}")
+    ncols = check_size("ncols", ncols, minimum=1)
     nrows = math.ceil(H / ncols)
     head_titles = _check_labels("titles", titles, H, "head (H)")
     if head_titles is None:
         head_titles = [f"head {h}" for h in range(H)]
+    # Check the labels before drawing anything, so an error leaves no half-drawn grid,
+    # and read them once: a generator would be empty for every panel after the first.
+    query_labels = _check_labels("query_labels", query_labels, L, "query (L)")
+    key_labels = _check_labels("key_labels", key_labels, S, "key (S)")
     if L == S:
         query_labels = key_labels if query_labels is None else query_labels
         key_labels = query_labels if key_labels is None else key_labels
-    # Check the labels before drawing anything, so an error leaves no half-drawn grid.
-    _check_labels("query_labels", query_labels, L, "query (L)")
-    _check_labels("key_labels", key_labels, S, "key (S)")
     # One colour scale for every head, or the same colour would mean different weights.
     vmin = float(np.nanmin(array)) if vmin is None else vmin
     vmax = float(np.nanmax(array)) if vmax is None else vmax
@@ -382,9 +382,11 @@ def attention_entropy(weights: Tensor | NDArray[Any]) -> Tensor | NDArray[Any]:
     if isinstance(weights, Tensor):
         weights = check_tensor("weights", weights, min_ndim=1)
         _check_non_negative(float(weights.detach().min()) if weights.numel() else 0.0)
-        # xlogy(p, p) is p * log(p) with 0 * log(0) = 0: zeros add nothing, no NaN.
+        # log(1) = 0 stands in for log(0): zeros add nothing, and their gradient is 0
+        # rather than xlogy's NaN (p log p has slope -inf at 0; 0 is the usual stand-in).
         # 0 - sum rather than -sum, so that a one-hot row gives 0.0, not -0.0.
-        entropy: Tensor = 0.0 - torch.special.xlogy(weights, weights).sum(dim=-1)
+        p_log_p = weights * torch.log(torch.where(weights > 0, weights, 1.0))
+        entropy: Tensor = 0.0 - p_log_p.sum(dim=-1)
         return entropy
     if isinstance(weights, np.ndarray):
         if weights.dtype.kind != "f":
@@ -396,8 +398,8 @@ def attention_entropy(weights: Tensor | NDArray[Any]) -> Tensor | NDArray[Any]:
             raise ValueError("weights must have at least 1 dimension (..., S); got shape ()")
         _check_non_negative(float(weights.min()) if weights.size else 0.0)
         # log(1) = 0 stands in for log(0), so zeros add nothing and log never sees 0.
-        p_log_p = weights * np.log(np.where(weights > 0, weights, 1))
-        return np.asarray(0.0 - p_log_p.sum(axis=-1))
+        np_p_log_p = weights * np.log(np.where(weights > 0, weights, 1))
+        return np.asarray(0.0 - np_p_log_p.sum(axis=-1))
     raise TypeError(
         f"weights must be a torch.Tensor or a numpy.ndarray; got {type(weights).__name__}"
     )

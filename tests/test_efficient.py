@@ -727,10 +727,10 @@ def bad_input_cases():
         ),
         (
             linear_attention,
-            (q, k[:1], v[:1]),
+            (q, torch.cat([k, k[:1]]), torch.cat([v, v[:1]])),  # batch 3 against 2
             {},
             ValueError,
-            r"query and key must have the same leading",
+            r"query and key must have leading dimensions that broadcast",
         ),
     ]
 

@@ -330,12 +330,12 @@ def bad_input_cases():
         ),
         (
             "batch dims",
-            (q, k[:1], v[:1]),
+            (q, torch.cat([k, k[:1]]), torch.cat([v, v[:1]])),  # batch 3 against 2
             {},
             ValueError,
-            r"query and key must have the same leading",
+            r"query and key must have leading dimensions that broadcast",
         ),
-        ("heads without gqa", (q, k[:, :1], v[:, :1]), {}, ValueError, r"enable_gqa=True"),
+        ("heads without gqa", (q, k[:, :2], v[:, :2]), {}, ValueError, r"enable_gqa=True"),
         (
             "heads do not divide",
             (q, k[:, :2], v[:, :2]),
@@ -404,7 +404,8 @@ def bad_input_cases():
             (q, k, v, True),
             {},
             TypeError,
-            r"attn_mask must be a torch.Tensor or None; got bool \(the fourth positional",
+            r"attn_mask must be a torch.Tensor, a torch.nn.attention.bias.CausalBias or None; "
+            r"got bool \(the fourth positional",
         ),
     ]
 

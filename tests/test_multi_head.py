@@ -310,8 +310,6 @@ def test_torch_conversion_errors():
         MultiHeadAttention(E, H, num_kv_heads=1).to_torch()
     with pytest.raises(TypeError, match=r"must be a torch.nn.MultiheadAttention; got Linear"):
         MultiHeadAttention.from_torch(nn.Linear(2, 2))
-    with pytest.raises(ValueError, match=r"add_bias_kv"):
-        MultiHeadAttention.from_torch(nn.MultiheadAttention(E, H, add_bias_kv=True))
 
 
 @pytest.mark.parametrize(

@@ -531,9 +531,9 @@ def test_plot_attention_heads_rejects_other_shapes(shape, message):
 
 def test_plot_attention_heads_checks_its_other_arguments():
     w = random_weights(H, L, S)
-    with pytest.raises(ValueError, match=r"ncols must be at least 1; got 0"):
+    with pytest.raises(ValueError, match=r"ncols must be >= 1; got 0"):
         plot_attention_heads(w, ncols=0)
-    with pytest.raises(TypeError, match=r"ncols must be an int or None; got float"):
+    with pytest.raises(TypeError, match=r"ncols must be an int; got float"):
         plot_attention_heads(w, ncols=2.0)
     with pytest.raises(
         ValueError, match=r"titles must have one label per head \(H\): expected 3; got 2"
