@@ -44,7 +44,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attention.functional import repeat_kv_heads, working_dtype
+from attention.functional import working_dtype
 
 
 @dataclass(frozen=True)
@@ -144,22 +144,38 @@ def tiled_attention(
     scale: float,
     enable_gqa: bool,
 ) -> Tensor:
-    """Run the tiled loop on validated inputs; differentiable with respect to all four."""
+    """Run the tiled loop on validated inputs; differentiable with respect to all four.
+
+    Nothing is copied to make shapes meet. Leading dimensions that broadcast (keys
+    shared by every head, batch 1 against batch B) broadcast inside each block's matrix
+    products, and their gradients are summed back to the input's shape. Grouped-query
+    attention views the ``H`` query heads as ``(Hkv, H / Hkv)`` and each key/value head
+    as ``(Hkv, 1)``: the group axis broadcasts, so a shared head is read, not repeated.
+    """
     compute_dtype = working_dtype(query.dtype)  # float16/bfloat16 compute in float32
-    key = repeat_kv_heads(key, query, enable_gqa).to(compute_dtype)
-    value = repeat_kv_heads(value, query, enable_gqa).to(compute_dtype)
-    # Leading dimensions that broadcast (keys shared by every head, say) are expanded
-    # here, as views: autograd sums the gradients of the expanded axes back.
-    batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])  # type: ignore[no-untyped-call]
-    query = query.expand(*batch, *query.shape[-2:])
-    key = key.expand(*batch, *key.shape[-2:])
-    value = value.expand(*batch, *value.shape[-2:])
+    dtype = query.dtype
+    query, key, value = (t.to(compute_dtype) for t in (query, key, value))
     if attn_mask is not None and attn_mask.dtype != torch.bool:
         attn_mask = attn_mask.to(compute_dtype)
-    out, _ = _TiledAttention.apply(  # type: ignore[no-untyped-call]
-        query.to(compute_dtype), key, value, attn_mask, schedule, scale
-    )
-    return out.to(query.dtype)  # type: ignore[no-any-return]
+    if enable_gqa:
+        Hkv = key.shape[-3]
+        group = query.shape[-3] // Hkv
+        query = query.unflatten(-3, (Hkv, group))  # type: ignore[no-untyped-call]  # (..., Hkv, G, L, D)
+        key, value = key.unsqueeze(-3), value.unsqueeze(-3)  # (..., Hkv, 1, S, ·)
+        attn_mask = _group_heads(attn_mask, Hkv, group)
+    out, _ = _TiledAttention.apply(query, key, value, attn_mask, schedule, scale)  # type: ignore[no-untyped-call]
+    if enable_gqa:
+        out = out.flatten(-4, -3)  # (..., Hkv, G, L, Dv) -> (..., H, L, Dv)
+    return out.to(dtype)  # type: ignore[no-any-return]
+
+
+def _group_heads(mask: Tensor | None, Hkv: int, group: int) -> Tensor | None:
+    """A mask over ``(..., H, L, S)`` viewed over ``(..., Hkv, G, L, S)``."""
+    if mask is None or mask.ndim < 3:
+        return mask  # no head axis: it broadcasts over both
+    if mask.shape[-3] == 1:
+        return mask.unsqueeze(-3)
+    return mask.unflatten(-3, (Hkv, group))  # type: ignore[no-untyped-call,no-any-return]
 
 
 class _TiledAttention(torch.autograd.Function):
@@ -298,9 +314,9 @@ def _dense_backward(
     grad_p = grad_out @ value.transpose(-2, -1)  # (..., L, S)
     grad_s = p * (grad_p - (grad_p * p).sum(dim=-1, keepdim=True))
     return (
-        (grad_s @ key) * scale if needs[0] else None,
-        (grad_s.transpose(-2, -1) @ query) * scale if needs[1] else None,
-        p.transpose(-2, -1) @ grad_out if needs[2] else None,
+        ((grad_s @ key) * scale).sum_to_size(query.shape) if needs[0] else None,
+        ((grad_s.transpose(-2, -1) @ query) * scale).sum_to_size(key.shape) if needs[1] else None,
+        (p.transpose(-2, -1) @ grad_out).sum_to_size(value.shape) if needs[2] else None,
         grad_s.sum_to_size(attn_mask.shape) if needs[3] and attn_mask is not None else None,
     )
 
@@ -346,8 +362,8 @@ def _forward(
     schedule: Schedule,
     scale: float,
 ) -> tuple[Tensor, Tensor]:
-    *batch, L, _ = query.shape
-    Dv = value.shape[-1]
+    L, Dv = query.shape[-2], value.shape[-1]
+    batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])  # type: ignore[no-untyped-call]
     mask = _expand_mask(attn_mask, L, schedule.S)
     out = query.new_zeros(*batch, L, Dv)
     lse = query.new_full((*batch, L), float("inf"))  # +inf: "attends to nothing"
@@ -407,11 +423,14 @@ def _backward(
         for j0, j1 in key_blocks:
             scores = _block_scores(q_i, key, mask, schedule.band, i0, i1, j0, j1)
             p = scores.sub_(lse_i).exp_()  # the block's probabilities, recomputed
-            grad_v[..., j0:j1, :] += p.transpose(-2, -1) @ do_i  # (..., bk, Dv)
+            # Summed to each input's own shape where it broadcast (shared heads, GQA).
+            grad_v_j = grad_v[..., j0:j1, :]  # (..., bk, Dv)
+            grad_v_j += (p.transpose(-2, -1) @ do_i).sum_to_size(grad_v_j.shape)
             grad_p = do_i @ value[..., j0:j1, :].transpose(-2, -1)  # (..., bq, bk)
             grad_s = p * (grad_p - delta_i)  # (..., bq, bk)
-            grad_q_i += grad_s @ key[..., j0:j1, :]  # (..., bq, D)
-            grad_k[..., j0:j1, :] += grad_s.transpose(-2, -1) @ q_i  # (..., bk, D)
+            grad_q_i += (grad_s @ key[..., j0:j1, :]).sum_to_size(grad_q_i.shape)
+            grad_k_j = grad_k[..., j0:j1, :]  # (..., bk, D)
+            grad_k_j += (grad_s.transpose(-2, -1) @ q_i).sum_to_size(grad_k_j.shape)
             if grad_mask is not None:
                 _accumulate_mask_grad(grad_mask_2d, grad_s, i0, i1, j0, j1)
         grad_q[..., i0:i1, :] = grad_q_i * scale

@@ -392,3 +392,21 @@ def test_label_generators_are_read_once():
     assert [t.get_text() for t in ax.get_yticklabels()] == ["k0", "k1", "k2"]
     fig = plot_attention_heads(weights, query_labels=(f"q{i}" for i in range(3)))
     assert [t.get_text() for t in fig.axes[1].get_xticklabels()] == ["q0", "q1", "q2"]
+
+
+@pytest.mark.parametrize("mask_shape", [None, (5, 7), (6, 5, 7), (2, 1, 5, 7)])
+def test_grouped_query_heads_are_shared_not_copied_and_exact(mask_shape):
+    """flash_attention views H query heads as (Hkv, H / Hkv) against (Hkv, 1) key heads;
+    values and every gradient (a float mask's included) equal PyTorch's."""
+    torch.manual_seed(0)
+    q = randn(2, 6, 5, 4, grad=True)
+    k, v = randn(2, 2, 7, 4, grad=True), randn(2, 2, 7, 3, grad=True)
+    mask = None if mask_shape is None else randn(*mask_shape, grad=True)
+    inputs = (q, k, v) if mask is None else (q, k, v, mask)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    out = tiny_flash(q, k, v, attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(out, expected, atol=1e-12, rtol=0)
+    grads = torch.autograd.grad(out.square().sum(), inputs)
+    expected_grads = torch.autograd.grad(expected.square().sum(), inputs)
+    for g, e in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(g, e, atol=1e-12, rtol=0)
