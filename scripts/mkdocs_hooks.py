@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import hashlib
 import logging
 import os
@@ -26,6 +27,7 @@ from typing import Any
 import nbformat
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
+from mkdocs.utils.meta import get_data
 
 SCRIPTS = str(Path(__file__).resolve().parent)
 sys.path.insert(0, SCRIPTS)  # MkDocs puts it there while it imports a hook, then removes it
@@ -46,7 +48,26 @@ _executed: dict[str, notebooks.Executed] = {}
 
 class TutorialFile(File):
     """A tutorial: its source is the jupytext ``.py`` (edit links point there), its
-    content the Markdown rendered from the executed notebook."""
+    content the Markdown rendered from the executed notebook.
+
+    The notebook runs in the background from ``on_files`` on; the content is awaited
+    only when MkDocs reads the page, which it does after every other page (the
+    tutorials are the last files): the kernels and the rendering of the Markdown pages
+    share the build's time instead of following one another.
+    """
+
+    run: concurrent.futures.Future[notebooks.Executed]
+
+    @property  # type: ignore[override]
+    def content_string(self) -> str:
+        if self._content is None:
+            run = self.run.result()
+            how = "from cache" if run.cached else f"in {run.seconds:.1f} s"
+            log.info("  %s executed %s", self.src_uri, how)
+            self._content = notebooks.to_markdown(run)
+            _executed[self.src_uri] = run
+        assert isinstance(self._content, str)
+        return self._content
 
     def is_documentation_page(self) -> bool:
         return True
@@ -88,21 +109,33 @@ def on_page_markdown(markdown: str, **kwargs: Any) -> str:
 
 
 def on_files(files: Files, config: Any) -> Files:
-    """Execute the tutorials and swap each ``.py`` for the page made from its run."""
+    """Start the tutorials' kernels and swap each ``.py`` for the page its run makes."""
     sources = [f for f in files if TUTORIAL.match(f.src_uri)]
     docs = Path(config["docs_dir"])
-    log.info("Executing %d tutorials (%d at a time)...", len(sources), os.cpu_count() or 1)
-    runs = notebooks.execute_all([docs / f.src_uri for f in sources], _cache_dir())
+    runs = notebooks.start_all([docs / f.src_uri for f in sources], _cache_dir())
+    log.info(
+        "Executing %d tutorials (%d at a time) while the other pages render...",
+        len(sources),
+        min(len(sources), os.cpu_count() or 1),
+    )
+    _executed.clear()
     for file, run in zip(sources, runs, strict=True):
-        how = "from cache" if run.cached else f"in {run.seconds:.1f} s"
-        log.info("  %s %s", file.src_uri, how)
         page = TutorialFile(file.src_uri, file.src_dir, file.dest_dir, file.use_directory_urls)
-        page.content_string = notebooks.to_markdown(run)
-        page.abs_src_path = file.abs_src_path  # edit links and `mkdocs serve` watch it
+        page.run = run
         files.remove(file)
-        files.append(page)
-        _executed[file.src_uri] = run
+        files.append(page)  # MkDocs reads the pages in this order
+    # Pages that time code while they are built go after the tutorials, whose content
+    # waits for the last kernel: they measure on quiet cores, not beside two kernels.
+    for file in [f for f in files if f.src_uri.endswith(".md") and _measures_time(f)]:
+        files.remove(file)
+        files.append(file)
     return files
+
+
+def _measures_time(file: File) -> bool:
+    """Whether a page's front matter says ``measures_time: true``."""
+    _, meta = get_data(file.content_string)
+    return bool(meta.get("measures_time"))
 
 
 def _figure_file(match: re.Match[str], page_url: str, site: Path) -> str:

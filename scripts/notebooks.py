@@ -68,10 +68,8 @@ class _DarkSVGFormatter(BaseFormatter):
 
 _display = get_ipython().display_formatter
 _display.formatters[{DARK_SVG!r}] = _DarkSVGFormatter(parent=_display)
-_display.formatters[{LIGHT_SVG!r}].for_type(Figure, site_figures.render_svg)
-_display.formatters[{DARK_SVG!r}].for_type(
-    Figure, lambda fig: site_figures.render_svg(fig, dark=True)
-)
+_display.formatters[{LIGHT_SVG!r}].for_type(Figure, site_figures.light_for_display)
+_display.formatters[{DARK_SVG!r}].for_type(Figure, site_figures.dark_for_display)
 _display.formatters["image/png"].enabled = False
 del _display, _DarkSVGFormatter, BaseFormatter, ObjectName, Unicode
 """
@@ -150,15 +148,25 @@ def execute(source: Path, cache_dir: Path | None = None, threads: int | None = N
     return Executed(source, notebook, seconds, False)
 
 
-def execute_all(
+def start_all(
     sources: list[Path], cache_dir: Path | None = None, workers: int | None = None
-) -> list[Executed]:
-    """Execute the tutorials side by side (each kernel is its own process)."""
+) -> list[concurrent.futures.Future[Executed]]:
+    """Start executing the tutorials side by side (each kernel is its own process) and
+    return at once: the caller collects each run from its future when it needs it."""
     cores = os.cpu_count() or 1
     workers = workers or min(len(sources), cores) or 1
     threads = max(1, cores // workers)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda source: execute(source, cache_dir, threads), sources))
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
+    futures = [pool.submit(execute, source, cache_dir, threads) for source in sources]
+    pool.shutdown(wait=False)  # the queued runs still run; the pool takes no more
+    return futures
+
+
+def execute_all(
+    sources: list[Path], cache_dir: Path | None = None, workers: int | None = None
+) -> list[Executed]:
+    """Execute the tutorials side by side and wait for all of them."""
+    return [future.result() for future in start_all(sources, cache_dir, workers)]
 
 
 def install_cell(repo_url: str) -> NotebookNode:

@@ -22,12 +22,11 @@ The SVGs travel inside the page as ``data:`` URIs; the build hook
 from __future__ import annotations
 
 import base64
-import contextlib
 import html
 import inspect
 import io
 import re
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import matplotlib as mpl
 from matplotlib import cbook
@@ -35,6 +34,7 @@ from matplotlib.axes import Axes
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.text import Text
+from matplotlib.transforms import Bbox
 
 # Width of Material's content column on a desktop screen with both sidebars (px), and
 # the smallest label size we accept after a wider figure is shrunk into it: Material's
@@ -53,6 +53,9 @@ RC_PARAMS = {
     "font.size": 10,
     "font.family": "sans-serif",
 }
+
+
+_Change = Callable[[object, str, object], None]
 
 
 def apply_style() -> None:
@@ -119,18 +122,9 @@ def _data_labels(fig: Figure) -> set[int]:
     return {id(t) for ax in fig.axes if _draws_data_under_text(ax) for t in ax.texts}
 
 
-@contextlib.contextmanager
-def _temporarily(fig: Figure, dark: bool) -> Iterator[None]:
-    """Enlarge small labels (and recolour for the dark scheme), then undo it all."""
-    undo: list[tuple[object, str, object]] = []
-
-    def change(artist: object, prop: str, value: object) -> None:
-        undo.append((artist, prop, getattr(artist, f"get_{prop}")()))
-        getattr(artist, f"set_{prop}")(value)
-
-    # Tick labels are created at the first draw: without it the first render (the
-    # light one) would keep its automatic tick labels, colorbars' included, small.
-    fig.draw_without_rendering()
+def _enlarge_labels(fig: Figure, change: _Change) -> list[Text]:
+    """Grow every label that would end up under its floor once the figure is shrunk to
+    the content column; return the figure's visible texts."""
     shrink = min(1.0, CONTENT_WIDTH_PX / (_width_in(fig) * 96))
     data_labels = _data_labels(fig)
     texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text()]
@@ -140,67 +134,118 @@ def _temporarily(fig: Figure, dark: bool) -> Iterator[None]:
         min_points = floor / shrink * 72 / 96
         if text.get_fontsize() < min_points:
             change(text, "fontsize", min_points)
+    return texts
 
-    if dark:
-        change(fig.patch, "facecolor", (0, 0, 0, 0))
-        for text in texts:
-            if id(text) not in data_labels and _is_dark(text.get_color()):
-                change(text, "color", DARK_FOREGROUND)
-        for ax in fig.axes:
-            if _is_white(ax.patch.get_facecolor()):
-                change(ax.patch, "facecolor", (0, 0, 0, 0))
-            for spine in ax.spines.values():
-                if _is_dark(spine.get_edgecolor()):
-                    change(spine, "edgecolor", DARK_MUTED)
-            for axis in (ax.xaxis, ax.yaxis):
-                for tick in [*axis.get_major_ticks(), *axis.get_minor_ticks()]:
-                    for line in (tick.tick1line, tick.tick2line):
-                        if _is_dark(line.get_color()):
-                            change(line, "color", DARK_MUTED)
-                    if _is_dark(tick.gridline.get_color()):
-                        change(tick.gridline, "color", DARK_MUTED)
-            for line in ax.lines:
-                if _is_dark(line.get_color()):
-                    change(line, "color", DARK_FOREGROUND)
-            for collection in ax.collections:
-                if type(collection).__name__ == "QuadMesh":
-                    continue
-                edges = collection.get_edgecolor()
-                if len(edges) and all(_is_dark(c) for c in edges):
-                    change(collection, "edgecolor", DARK_FOREGROUND)
-            for patch in ax.patches:
-                if _is_dark(patch.get_edgecolor()):
-                    change(patch, "edgecolor", DARK_FOREGROUND)
-        # Axes legends and figure legends (fig.legend) alike: a dark frame, and the
-        # sample lines of grey/black series recoloured like the series themselves.
-        for legend in [ax.get_legend() for ax in fig.axes] + list(fig.legends):
-            if legend is None:
+
+def _recolour_for_dark(fig: Figure, texts: list[Text], change: _Change) -> None:
+    """Light text and axes on a transparent background; data colours untouched."""
+    data_labels = _data_labels(fig)
+    change(fig.patch, "facecolor", (0, 0, 0, 0))
+    for text in texts:
+        if id(text) not in data_labels and _is_dark(text.get_color()):
+            change(text, "color", DARK_FOREGROUND)
+    for ax in fig.axes:
+        if _is_white(ax.patch.get_facecolor()):
+            change(ax.patch, "facecolor", (0, 0, 0, 0))
+        for spine in ax.spines.values():
+            if _is_dark(spine.get_edgecolor()):
+                change(spine, "edgecolor", DARK_MUTED)
+        for axis in (ax.xaxis, ax.yaxis):
+            for tick in [*axis.get_major_ticks(), *axis.get_minor_ticks()]:
+                for line in (tick.tick1line, tick.tick2line):
+                    if _is_dark(line.get_color()):
+                        change(line, "color", DARK_MUTED)
+                if _is_dark(tick.gridline.get_color()):
+                    change(tick.gridline, "color", DARK_MUTED)
+        for line in ax.lines:
+            if _is_dark(line.get_color()):
+                change(line, "color", DARK_FOREGROUND)
+        for collection in ax.collections:
+            if type(collection).__name__ == "QuadMesh":
                 continue
-            frame = legend.get_frame()
-            change(frame, "facecolor", "#2e303e")
-            change(frame, "edgecolor", DARK_MUTED)
-            for handle in legend.get_lines():
-                if _is_dark(handle.get_color()):
-                    change(handle, "color", DARK_FOREGROUND)
-    try:
-        yield
-    finally:
-        for artist, prop, value in reversed(undo):
-            getattr(artist, f"set_{prop}")(value)
+            edges = collection.get_edgecolor()
+            if len(edges) and all(_is_dark(c) for c in edges):
+                change(collection, "edgecolor", DARK_FOREGROUND)
+        for patch in ax.patches:
+            if _is_dark(patch.get_edgecolor()):
+                change(patch, "edgecolor", DARK_FOREGROUND)
+    # Axes legends and figure legends (fig.legend) alike: a dark frame, and the
+    # sample lines of grey/black series recoloured like the series themselves.
+    for legend in [ax.get_legend() for ax in fig.axes] + list(fig.legends):
+        if legend is None:
+            continue
+        frame = legend.get_frame()
+        change(frame, "facecolor", "#2e303e")
+        change(frame, "edgecolor", DARK_MUTED)
+        for handle in legend.get_lines():
+            if _is_dark(handle.get_color()):
+                change(handle, "color", DARK_FOREGROUND)
+
+
+def _save_svg(fig: Figure, bbox: Bbox, *, dark: bool) -> str:
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", bbox_inches=bbox, metadata={"Date": None}, transparent=dark)
+    return buffer.getvalue()
+
+
+def render_pair(fig: Figure) -> tuple[str, str]:
+    """The figure as SVG text for the light and for the dark colour scheme.
+
+    Labels are enlarged and the layout is computed once; both renders then reuse that
+    layout and its tight box (a dark render differs only in colours), which saves four
+    of the six layout passes that two plain ``savefig(bbox_inches="tight")`` calls make.
+    Every change to the figure is undone before returning.
+    """
+    undo: list[tuple[object, str, object]] = []
+
+    def change(artist: object, prop: str, value: object) -> None:
+        undo.append((artist, prop, getattr(artist, f"get_{prop}")()))
+        getattr(artist, f"set_{prop}")(value)
+
+    engine = fig.get_layout_engine()
+    with mpl.rc_context(RC_PARAMS):
+        try:
+            # The tight box (measured first, to know how much the figure will be
+            # shrunk) also creates the automatic tick labels, colorbars' included, so
+            # they are enlarged with the rest, without a full draw.
+            texts = _enlarge_labels(fig, change)
+            fig.draw_without_rendering()  # the layout, for the enlarged labels
+            pad = mpl.rcParams["savefig.pad_inches"]
+            bbox = fig.get_tightbbox().padded(pad)  # what bbox_inches="tight" computes
+            if engine is not None:
+                fig.set_layout_engine("none")  # keeps the positions just computed
+            light = _save_svg(fig, bbox, dark=False)
+            _recolour_for_dark(fig, texts, change)
+            dark = _save_svg(fig, bbox, dark=True)
+        finally:
+            for artist, prop, value in reversed(undo):
+                getattr(artist, f"set_{prop}")(value)
+            if engine is not None:
+                fig.set_layout_engine(engine)
+    return light, dark
 
 
 def render_svg(fig: Figure, *, dark: bool = False) -> str:
     """The figure as SVG text, for the light or the dark colour scheme."""
-    buffer = io.StringIO()
-    with mpl.rc_context(RC_PARAMS), _temporarily(fig, dark):
-        fig.savefig(
-            buffer,
-            format="svg",
-            bbox_inches="tight",
-            metadata={"Date": None},
-            transparent=dark,
-        )
-    return buffer.getvalue()
+    return render_pair(fig)[int(dark)]
+
+
+# The notebook kernel asks for a figure's two renders through two display formatters,
+# light first (its mimetype is registered first). The light one renders both and
+# leaves the dark one here for the dark formatter to pick up.
+_dark_pending: dict[int, str] = {}
+
+
+def light_for_display(fig: Figure) -> str:
+    """Light render for the kernel's ``image/svg+xml`` formatter."""
+    light, _dark_pending[id(fig)] = render_pair(fig)
+    return light
+
+
+def dark_for_display(fig: Figure) -> str:
+    """Dark render for the kernel's dark formatter: the one ``light_for_display`` made."""
+    pending = _dark_pending.pop(id(fig), None)
+    return pending if pending is not None else render_pair(fig)[1]
 
 
 def _data_uri(svg: str) -> str:
@@ -218,7 +263,7 @@ def figure_html(fig: Figure, caption: str) -> str:
     if not caption or not caption.strip():
         raise ValueError("every figure on the site needs a caption saying what it shows")
     alt = html.escape(" ".join(caption.split()), quote=True)
-    light, dark = render_svg(fig), render_svg(fig, dark=True)
+    light, dark = render_pair(fig)
     return (
         '<figure class="site-figure">'
         f'<img src="{_data_uri(light)}" data-scheme="light" alt="{alt}">'

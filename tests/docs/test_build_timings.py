@@ -2,14 +2,17 @@
 
 Concept pages (markdown-exec), the live section of the performance page and some
 tutorials time code at build time and write about the result ("the cache wins by more
-as t grows", "slope near 2"). The site is built on a shared 2-core machine, usually
-with other pages being built at the same time. Wall-clock time there measures that
-other work as much as the code: with two threads, every parallel step waits for both,
+as t grows", "slope near 2"). The site is built on a shared 2-core machine, where
+the tutorials' kernels run while the Markdown pages render. Wall-clock time there
+measures that other work as much as the code: with two threads, every parallel step waits for both,
 and a thread that loses its core stalls the other, so a busy machine slows a loop of
 many small steps about ten times more than one fused call. A page built that way once
 said "the slopes fall below 2" next to measured slopes of 2.9 and 3.6.
 
-So a build-time timing follows three rules, checked here on the sources:
+So a build-time timing follows four rules, checked here on the sources:
+
+* a page that times code says so in its front matter (``measures_time: true``): the
+  build then renders it after the kernels have finished, on quiet cores;
 
 * it reads the CPU time of one thread (``time.thread_time``) with torch on one thread,
   which counts the work of the call and not the waiting; a concept page runs in the
@@ -127,6 +130,18 @@ def test_the_timing_code_is_found():
     } <= timed_pages
     timed_tutorials = {c.where.split(":")[0] for c in CELLS if CPU_CLOCK.search(c.code)}
     assert "docs/tutorials/10_generating_with_a_kv_cache.py" in timed_tutorials
+
+
+def test_pages_that_time_code_are_rendered_on_quiet_cores():
+    from mkdocs.utils.meta import get_data
+
+    timed = sorted({b.where.split(":")[0] for b in BLOCKS if CPU_CLOCK.search(b.code)})
+    undeclared = [
+        page
+        for page in timed
+        if not get_data((ROOT / page).read_text(encoding="utf-8"))[1].get("measures_time")
+    ]
+    assert not undeclared, f"time code without `measures_time: true`: {undeclared}"
 
 
 def test_page_timings_measure_the_work_and_check_the_text():
