@@ -213,15 +213,15 @@ def masked_softmax(scores: Tensor) -> Tensor:
 
     Such a row comes from a mask that hides every key, or from keys that are ``-inf``
     themselves. softmax would compute 0/0 = NaN there, and that NaN would flow back into
-    every gradient; PyTorch returns zeros. The row's maximum tells (one read of the
-    scores, no ``L x S`` copy), and only when a row is empty are the scores touched.
+    every gradient; PyTorch returns zeros. Such rows get a harmless finite row before the
+    softmax and zero weights after it. ``scores`` is overwritten in those rows: pass a
+    tensor of your own that autograd does not need (no branch on the values, so the
+    function also runs on meta tensors and under ``torch.compile``).
     """
     if scores.shape[-1] == 0:  # no keys at all: nothing to attend to, zeros
         return torch.softmax(scores, dim=-1)
     empty_row = torch.isneginf(scores.amax(dim=-1, keepdim=True))  # (..., L, 1)
-    if not empty_row.any():
-        return torch.softmax(scores, dim=-1)
-    scores = scores.masked_fill(empty_row, 0.0)  # any finite row: its weights become 0
+    scores.masked_fill_(empty_row, 0.0)  # any finite row: its weights are zeroed below
     return torch.softmax(scores, dim=-1).masked_fill(empty_row, 0.0)
 
 

@@ -57,8 +57,18 @@ class KVCache:
     def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """Append new keys and values along the sequence axis and return all of them.
 
-        [`extended`][attention.kv_cache.KVCache.extended] (same arguments, result and
-        errors), then storing its result.
+        [`extended`][attention.kv_cache.KVCache.extended], then storing its result.
+
+        Args:
+            key: The new positions' keys, as for ``extended``.
+            value: The new positions' values, as for ``extended``.
+
+        Returns:
+            ``(key, value)`` of every position now cached.
+
+        Raises:
+            TypeError: On a dtype mismatch, as ``extended`` raises it.
+            ValueError: On a shape mismatch, as ``extended`` raises it.
         """
         self.key, self.value = self.extended(key, value)
         return self.key, self.value
