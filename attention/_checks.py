@@ -84,11 +84,11 @@ def check_flag(name: str, value: object) -> bool:
 
 
 def check_probability(name: str, p: object) -> float:
-    """Require a dropout probability in ``[0, 1)``."""
+    """Require a dropout probability in ``[0, 1]`` (1 drops everything, as in PyTorch)."""
     if isinstance(p, bool) or not isinstance(p, Real):
-        raise TypeError(f"{name} must be a float in [0, 1); got {type(p).__name__}")
-    if not 0.0 <= float(p) < 1.0:
-        raise ValueError(f"{name} must be in [0, 1); got {p}")
+        raise TypeError(f"{name} must be a float in [0, 1]; got {type(p).__name__}")
+    if not 0.0 <= float(p) <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1]; got {p}")
     return float(p)
 
 
@@ -213,18 +213,18 @@ def check_query_key(query: object, key: object, enable_gqa: bool) -> tuple[Tenso
     return query, key
 
 
-def check_value(value: object, key: Tensor, enable_gqa: bool) -> Tensor:
+def check_value(value: object, key: Tensor, enable_gqa: bool, query_heads: int = 0) -> Tensor:
     """Require a value ``(..., [Hkv,] S, Dv)`` that fits the key."""
     value = check_tensor("value", value, min_ndim=3 if enable_gqa else 2)
     check_same_dtype_and_device(key=key, value=value)
     heads = 3 if enable_gqa else 2
-    same_heads = not enable_gqa or value.shape[-3] == key.shape[-3]
-    if (
-        value.shape[-2] != key.shape[-2]
-        or not same_heads
-        or not broadcast(value.shape[:-heads], key.shape[:-heads])
-    ):
-        what = "heads Hkv and length S" if enable_gqa else "length S"
+    if enable_gqa and (value.shape[-3] == 0 or query_heads % value.shape[-3] != 0):
+        raise ValueError(
+            "with enable_gqa=True the number of query heads H must be a multiple of "
+            f"the number of value heads; got H={query_heads}, value {shape_str(value)}"
+        )
+    if value.shape[-2] != key.shape[-2] or not broadcast(value.shape[:-heads], key.shape[:-heads]):
+        what = "length S"
         raise ValueError(
             f"key and value must have the same {what}, and leading dimensions that "
             f"broadcast; got key {shape_str(key)}, value {shape_str(value)}"

@@ -157,12 +157,23 @@ def tiled_attention(
     query, key, value = (t.to(compute_dtype) for t in (query, key, value))
     if attn_mask is not None and attn_mask.dtype != torch.bool:
         attn_mask = attn_mask.to(compute_dtype)
+    if enable_gqa and key.shape[-3] != value.shape[-3]:
+        # PyTorch allows different key and value head counts; one grouping must serve
+        # both, so the one with fewer heads is repeated to the other's count (a copy).
+        heads = max(key.shape[-3], value.shape[-3])
+        key = key.repeat_interleave(heads // key.shape[-3], dim=-3)
+        value = value.repeat_interleave(heads // value.shape[-3], dim=-3)
     if enable_gqa:
         Hkv = key.shape[-3]
         group = query.shape[-3] // Hkv
         query = query.unflatten(-3, (Hkv, group))  # type: ignore[no-untyped-call]  # (..., Hkv, G, L, D)
         key, value = key.unsqueeze(-3), value.unsqueeze(-3)  # (..., Hkv, 1, S, ·)
         attn_mask = _group_heads(attn_mask, Hkv, group)
+    # Where only the value has a leading axis (3 values of one query and key, say), the
+    # scores of a block would be updated in place at a shape they lack: the query is
+    # broadcast to every leading axis first (a view; autograd sums it back).
+    batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])  # type: ignore[no-untyped-call]
+    query = query.expand(*batch, *query.shape[-2:])
     out, _ = _TiledAttention.apply(query, key, value, attn_mask, schedule, scale)  # type: ignore[no-untyped-call]
     if enable_gqa:
         out = out.flatten(-4, -3)  # (..., Hkv, G, L, Dv) -> (..., H, L, Dv)

@@ -465,5 +465,5 @@ def _check_qkv_and_scale(
     query: Tensor, key: Tensor, value: Tensor, scale: float | None, enable_gqa: bool
 ) -> tuple[Tensor, Tensor, Tensor, float]:
     query, key = check_query_key(query, key, enable_gqa)
-    value = check_value(value, key, enable_gqa)
+    value = check_value(value, key, enable_gqa, query.shape[-3] if enable_gqa else 0)
     return query, key, value, default_scale(query, check_scale(scale))

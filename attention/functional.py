@@ -141,7 +141,7 @@ def scaled_dot_product_attention(
             mask has an unsupported dtype, or ``is_causal`` / ``enable_gqa`` is not a
             bool.
         ValueError: If shapes are inconsistent (head sizes, key/value lengths, head
-            counts), the mask does not broadcast, ``dropout_p`` is outside $[0, 1)$,
+            counts), the mask does not broadcast, ``dropout_p`` is outside $[0, 1]$,
             or ``is_causal`` is combined with ``attn_mask``.
 
     Examples:
@@ -167,7 +167,7 @@ def scaled_dot_product_attention(
     """
     # Validate everything before any arithmetic, so errors name the argument at fault.
     query, key = check_query_key(query, key, enable_gqa)
-    value = check_value(value, key, enable_gqa)
+    value = check_value(value, key, enable_gqa, query.shape[-3] if enable_gqa else 0)
     dropout_p = check_probability("dropout_p", dropout_p)
     weights = _probabilities(query, key, attn_mask, is_causal, scale, enable_gqa)
     if dropout_p > 0.0:

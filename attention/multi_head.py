@@ -97,7 +97,7 @@ class MultiHeadAttention(nn.Module):
         TypeError: If a size is not an int or a flag is not a bool.
         ValueError: If a size is not positive, ``embed_dim`` is not divisible by
             ``num_heads``, ``num_kv_heads`` does not divide ``num_heads``, or
-            ``dropout`` is outside $[0, 1)$.
+            ``dropout`` is outside $[0, 1]$.
 
     Examples:
         >>> import torch

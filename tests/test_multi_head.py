@@ -265,7 +265,7 @@ def test_causal_self_attention_does_not_look_ahead():
         (
             {"embed_dim": 12, "num_heads": 3, "dropout": 1.5},
             ValueError,
-            r"dropout must be in \[0, 1\)",
+            r"dropout must be in \[0, 1\]",
         ),
     ],
 )
