@@ -99,13 +99,46 @@ def on_config(config: Any) -> Any:
     return config
 
 
-def on_page_markdown(markdown: str, **kwargs: Any) -> str:
-    """Keep scripts/ importable while pages render: the concept pages' executed blocks
-    publish their figures with ``from site_figures import publish``. (Set per page: other
-    plugins restore ``sys.path`` to copies they took earlier in the build.)"""
+def on_page_markdown(markdown: str, page: Any, files: Files, **kwargs: Any) -> str:
+    """Keep scripts/ importable while pages render, and let MkDocs check tutorial links.
+
+    The concept pages' executed blocks publish their figures with ``from site_figures
+    import publish`` (set per page: other plugins restore ``sys.path`` to copies they
+    took earlier in the build).
+    """
     if SCRIPTS not in sys.path:
         sys.path.insert(0, SCRIPTS)
+    if isinstance(page.file, TutorialFile):
+        markdown = _source_links(markdown, page.file, files)
     return markdown
+
+
+# A relative link written for the page's URL, as a notebook must write it ("../../x/").
+_URL_LINK = re.compile(r"\]\((?P<path>\.\./[^)#\s]*)(?P<fragment>#[^)\s]*)?\)")
+
+
+def _source_links(markdown: str, file: File, files: Files) -> str:
+    """Turn a tutorial's URL links into links to source files, which MkDocs validates.
+
+    A notebook is read outside the site too (Colab, a download), so its links are
+    written for the page's address, ``tutorials/NN_name/``; MkDocs only checks links to
+    files. A link to no page at all is an error, as a broken link on a Markdown page is.
+    """
+    page_dir = posixpath.dirname(file.src_uri)  # tutorials
+    url_dir = file.url  # tutorials/NN_name/
+
+    def replace(match: re.Match[str]) -> str:
+        target = posixpath.normpath(posixpath.join(url_dir, match["path"]))
+        candidates = [f"{target}.md", f"{target}/index.md", f"{target}.py"]
+        if target == ".":
+            candidates = ["index.md"]
+        found = next((c for c in candidates if files.get_file_from_path(c)), None)
+        if found is None:
+            log.warning("%s: link %s leads to no page", file.src_uri, match["path"])
+            return match[0]
+        return f"]({posixpath.relpath(found, page_dir)}{match['fragment'] or ''})"
+
+    return _URL_LINK.sub(replace, markdown)
 
 
 def on_files(files: Files, config: Any) -> Files:

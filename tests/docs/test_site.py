@@ -19,6 +19,15 @@ def test_strict_build_has_no_warnings(built_site: Path) -> None:
     assert not re.search(r"^WARNING", log, flags=re.MULTILINE), log
 
 
+def test_every_link_in_a_tutorial_is_checked_by_the_build(built_site: Path) -> None:
+    """MkDocs checks links to source files only; a tutorial's links are written for the
+    page's URL (they must work in a downloaded notebook too), so the build rewrites them
+    to files. Any link MkDocs could not check would show in the log as unrecognized."""
+    log = (built_site / ".build-log").read_text()
+    unchecked = [line for line in log.splitlines() if "unrecognized relative link" in line]
+    assert not unchecked, "\n".join(unchecked)
+
+
 def test_every_markdown_page_and_tutorial_is_built(built_site: Path) -> None:
     docs = ROOT / "docs"
     for source in [*docs.rglob("*.md"), *docs.glob("tutorials/[0-9][0-9]_*.py")]:
