@@ -1,7 +1,7 @@
 r"""Efficient attention: the same result with less memory, or less work.
 
-Dense attention builds the $L \times S$ score matrix: $O(LS)$ memory and time. The
-functions here avoid that in two different ways.
+Dense attention builds the $L \times S$ score matrix: $O(LS)$ memory and $O(LSD)$
+time. The functions here avoid that in two different ways.
 
 **Exact, in tiles.** [`flash_attention`][attention.efficient.flash_attention] cuts
 $Q$, $K$ and $V$ into blocks and keeps, for each query, a running maximum and a running

@@ -204,13 +204,12 @@ fig = plot_both(P_cat_id, P_fruit_id, "W = I")
 #
 # ## 3. Why identity projections are only a teaching device
 #
-# With $W^Q = W^K = W$ the score matrix is $X W W^\top X^\top$: symmetric,
-# and built from the similarity of embeddings. By the Cauchy-Schwarz
-# inequality $x_i \cdot x_j \le \lVert x_i \rVert \lVert x_j \rVert$, so a
-# token's highest score is with itself, with an exact duplicate, or with a
-# longer vector that points almost the same way. Multiplying $W$ by 3
-# multiplies every score by 9: the rows get peaked enough to see who wins,
-# and the winners stay the same.
+# With $W^Q = W^K = I$ the score is the plain dot product of embeddings. By
+# the Cauchy-Schwarz inequality $x_i \cdot x_j \le \lVert x_i \rVert
+# \lVert x_j \rVert$, so a token's highest score is with itself, with an
+# exact duplicate, or with a longer vector that points almost the same way.
+# Multiplying $W$ by 3 multiplies every score by 9: the rows get peaked
+# enough to see who wins, and the winners stay the same.
 
 # %% caption="Attention weights of the fruit sentence with W_Q = W_K = 3I, each cell labelled with its weight. Every token reads its look-alikes: I and it split 0.42/0.42 between the two pronouns, prefer and is between the two verbs, over and because between the connectives, and apple puts more weight on orange (0.61) than on itself (0.39)."
 W_loud = 3.0 * torch.eye(E)
@@ -247,9 +246,44 @@ ax = attention.plot_attention(
 # Read the map row by row. "I" and "it" split their attention between the
 # two pronouns, "prefer" and "is" between the two verbs; "apple" looks at
 # "orange" *more* than at itself, because the orange vector is longer and
-# points almost the same way (cosine 0.95). No choice of a single $W$ can
-# make "it" look for something *unlike* itself, such as the noun it stands
-# for. That is why real models learn two different matrices: the score
+# points almost the same way (cosine 0.95).
+#
+# A shared projection other than a multiple of $I$ can do more. Map the
+# pronoun feature and the fruit feature onto one shared direction, the
+# fruit three times as long, and "it" reads the two fruits, not itself:
+
+# %%
+W_shared = torch.zeros(E, 1)  # one dimension, for queries and keys
+W_shared[FEATURES.index("pronoun"), 0] = 1.0
+W_shared[FEATURES.index("fruit"), 0] = 3.0
+Q_shared = K_shared = X_fruit @ W_shared  # (L, 1)
+S_shared = Q_shared @ K_shared.T  # (L, L) scores
+P_shared = attention.attention_weights(Q_shared, K_shared, scale=3.0)
+it, apple, orange = (
+    fruit_tokens.index(t) for t in ("it", "apple", "orange")
+)
+print(
+    f"'it' reads: apple {P_shared[it, apple]:.2f},"
+    f" orange {P_shared[it, orange]:.2f}, itself {P_shared[it, it]:.3f}"
+)
+assert P_shared[it, apple] > 0.45 and P_shared[it, orange] > 0.45
+assert P_shared[it, it] < 0.01
+# ...but the scores still form a Gram matrix, X W Wᵀ Xᵀ: symmetric.
+print(
+    f"score(it -> apple) = {S_shared[it, apple]:.0f}"
+    f" = score(apple -> it) = {S_shared[apple, it]:.0f}"
+)
+assert torch.equal(S_shared, S_shared.T)
+
+# %% [markdown]
+# What a single $W$ cannot do is make a relation one-way. With
+# $W^Q = W^K = W$ the score matrix $X W W^\top X^\top$ is symmetric,
+# $z_{ij} = z_{ji}$: if "it" scores the fruits high, the fruits score "it"
+# just as high, and a verb cannot look for its subject without the subject
+# looking back as hard. It is also a Gram matrix, so
+# $z_{ij} \le \sqrt{z_{ii} z_{jj}}$: a token can prefer another one only if
+# that one is longer along the shared directions, as the fruits are here.
+# Real models learn two different matrices: the score
 #
 # $$z_{ij} = \frac{(x_i W^Q) \cdot (x_j W^K)}{\sqrt{D}}
 #   = \frac{x_i \, W^Q (W^K)^\top x_j^\top}{\sqrt{D}}$$
@@ -636,9 +670,10 @@ title = ax.set_title("Temperature sets how peaked a row is")
 #
 # ## Summary
 #
-# - Self-attention with $W^Q = W^K$ scores tokens by the similarity of
+# - Self-attention with $W^Q = W^K = I$ scores tokens by the similarity of
 #   their embeddings, so every token attends most to itself or a near-copy.
-#   It is a teaching device, not a model.
+#   Any shared $W^Q = W^K$ keeps the scores symmetric, $z_{ij} = z_{ji}$:
+#   no one-way relations. It is a teaching device, not a model.
 # - With different $W^Q$ and $W^K$, a query asks for something other than
 #   itself: "it" reads the fruits, "sat" reads "cat". A head reacts to
 #   features, not to words, and knows nothing of word order.

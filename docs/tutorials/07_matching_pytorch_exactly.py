@@ -624,10 +624,11 @@ legend = ax.legend(fontsize=8)
 # The package and PyTorch are each within a few $10^{-7}$ (relative) of
 # the exact answer, and within about that of each other: the distance
 # between two correct float32 implementations is set by rounding, not by
-# either one being wrong. (The
-# FlashAttention paper states its accuracy the same way: an error no more
-# than twice a plain implementation's, measured against a float64
-# reference.)
+# either one being wrong. (The flash-attention repository's tests,
+# `tests/test_flash_attn.py`, judge their kernels the same way: the error
+# against a reference computed in higher precision, float32 for float16
+# inputs there, may be at most twice that of a plain implementation in the
+# inputs' precision.)
 #
 # **The tolerances follow from the precision.** float32 keeps 24
 # significant bits, so one rounding costs up to
@@ -709,8 +710,8 @@ assert mine_err < 1e-2 and ref_err < 1e-2
 # 3. No NaN: the fast path is taken only for self-attention (query, key and
 #    value the same tensor), so cross-attention goes through the ordinary
 #    path, which returns the output bias for `need_weights=False`.
-# 4. Both bfloat16 cases fail: their differences, around $10^{-2}$, are a
-#    thousand times the float32 `atol` of $10^{-5}$.
+# 4. Both bfloat16 cases fail: their differences, a few $10^{-3}$, are
+#    several hundred times the float32 `atol` of $10^{-5}$.
 #
 # **Where next:** the [how-to guide](../../how-to/check-against-pytorch/)
 # turns these checks into a short test recipe (including gradients), and
