@@ -16,9 +16,9 @@ with JavaScript off too:
   scrolls the nearest scrolling ancestor of the focused table. Tables with a class
   (Pygments' line-number tables) are layout, never scrolled on their own.
 - ``<div class="arithmatex">``: a display formula, which scrolls inside its own box
-  (assets/stylesheets/math.css).
+  (the math section of assets/stylesheets/site.css).
 
-The visible focus ring for these boxes is in assets/stylesheets/extra.css.
+The visible focus ring for these boxes is in assets/stylesheets/site.css.
 """
 
 from __future__ import annotations

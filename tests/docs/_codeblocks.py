@@ -191,12 +191,12 @@ class CodeBlock:
 def copied_text(code: Element, *, console: bool) -> str:
     """The text Material's copy button yields for this ``<code>`` element.
 
-    Material copies ``innerText`` with ``data-md-copying`` set on the element; our
-    ``copy.css`` then hides, in a console (``pycon``) block, every prompt (``.gp``) and
-    every line that has no prompt (its output). So the clipboard holds the code lines
-    with ``>>> `` / ``... `` removed and their indentation intact. Material trims the
-    trailing whitespace. This function computes the same from the HTML: the browser
-    test checks that the two agree on every block.
+    Material copies ``innerText`` with ``data-md-copying`` set on the element; the copy
+    section of our ``site.css`` then hides, in a console (``pycon``) block, every prompt
+    (``.gp``) and every line that has no prompt (its output). So the clipboard holds the
+    code lines with ``>>> `` / ``... `` removed and their indentation intact. Material
+    trims the trailing whitespace. This function computes the same from the HTML: the
+    browser test checks that the two agree on every block.
     """
     if not console:
         return code.text().rstrip()

@@ -3,12 +3,13 @@
 This reads the built HTML, not the Markdown: it sees what readers see, the API
 reference's docstring examples included, after every plugin has had its say. For each
 ``language-python`` and ``language-pycon`` block it takes the text the copy button
-yields (for a ``>>>`` block: the code lines without prompts, outputs dropped, as
-``copy.css`` makes it; ``test_copy.py`` checks in the browser that the clipboard holds
-exactly this text) and runs it in a fresh interpreter: a new ``__main__`` namespace in
-a process forked from one that has only imported torch, numpy, matplotlib (Agg) and
-``attention`` (see ``_forkrun``). A block that uses a name an earlier block defined, or
-that forgot an import, fails with ``NameError`` as it would for the reader.
+yields (for a ``>>>`` block: the code lines without prompts, outputs dropped, as the
+copy section of ``site.css`` makes it; ``test_copy.py`` checks in the browser that the
+clipboard holds exactly this text) and runs it in a fresh interpreter: a new
+``__main__`` namespace in a process forked from one that has only imported torch, numpy,
+matplotlib (Agg) and ``attention`` (see ``_forkrun``). A block that uses a name an
+earlier block defined, or that forgot an import, fails with ``NameError`` as it would
+for the reader.
 
 Not checked here, on purpose:
 

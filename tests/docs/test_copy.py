@@ -6,7 +6,7 @@ the clipboard: the text must compile and hold no prompt and no output line. On t
 it loads it also clicks the other Python blocks (not the API's long "Source code"
 listings). For every block clicked, the clipboard must equal what
 ``_codeblocks.copied_text`` computes from the HTML, the text ``test_built_snippets``
-runs: the browser, ``copy.css`` and the tests agree on what "as copied" means.
+runs: the browser, the copy section of ``site.css`` and the tests agree on what "as copied" means.
 
 One page load per page, then one click per block.
 """
