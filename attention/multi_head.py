@@ -526,7 +526,41 @@ class MultiHeadAttention(nn.Module):
         return combine_masks(attn_mask, padding)
 
 
-class SelfAttention(nn.Module):
+class _Wrapper(nn.Module):
+    """The constructor the three wrappers below share: one inner ``MultiHeadAttention``.
+
+    Each wrapper only fixes what its ``forward`` passes as query, key and value (and
+    ``is_causal``); ``CrossAttention`` also sets the width of its keys and values.
+    """
+
+    _context_dim: int | None = None  # kdim = vdim of the inner module; None: embed_dim
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        num_kv_heads: int | None = None,
+        dropout: float = 0.0,
+        bias: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.attention = MultiHeadAttention(
+            embed_dim,
+            num_heads,
+            num_kv_heads=num_kv_heads,
+            dropout=dropout,
+            bias=bias,
+            kdim=self._context_dim,
+            vdim=self._context_dim,
+            device=device,
+            dtype=dtype,
+        )
+
+
+class SelfAttention(_Wrapper):
     """Self-attention: every position of ``x`` attends to every position of ``x``.
 
     The encoder's attention: queries, keys and values all come from the same
@@ -552,28 +586,6 @@ class SelfAttention(nn.Module):
         torch.Size([2, 7, 12])
     """
 
-    def __init__(
-        self,
-        embed_dim: int,
-        num_heads: int,
-        *,
-        num_kv_heads: int | None = None,
-        dropout: float = 0.0,
-        bias: bool = True,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
-        super().__init__()
-        self.attention = MultiHeadAttention(
-            embed_dim,
-            num_heads,
-            num_kv_heads=num_kv_heads,
-            dropout=dropout,
-            bias=bias,
-            device=device,
-            dtype=dtype,
-        )
-
     def forward(
         self,
         x: Tensor,
@@ -595,7 +607,7 @@ class SelfAttention(nn.Module):
         return out
 
 
-class CrossAttention(nn.Module):
+class CrossAttention(_Wrapper):
     r"""Cross-attention: queries from ``x``, keys and values from another sequence.
 
     The encoder-decoder attention of a translation model: each of the $L$ decoder
@@ -636,15 +648,13 @@ class CrossAttention(nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__()
-        self.attention = MultiHeadAttention(
+        self._context_dim = context_dim  # read by the shared constructor
+        super().__init__(
             embed_dim,
             num_heads,
             num_kv_heads=num_kv_heads,
             dropout=dropout,
             bias=bias,
-            kdim=context_dim,
-            vdim=context_dim,
             device=device,
             dtype=dtype,
         )
@@ -675,7 +685,7 @@ class CrossAttention(nn.Module):
         return out
 
 
-class CausalSelfAttention(nn.Module):
+class CausalSelfAttention(_Wrapper):
     """Causal self-attention: each position attends to itself and earlier positions.
 
     The decoder's attention in a language model. Pass a
@@ -708,28 +718,6 @@ class CausalSelfAttention(nn.Module):
         >>> torch.allclose(torch.cat(steps, dim=1), full, atol=1e-6)
         True
     """
-
-    def __init__(
-        self,
-        embed_dim: int,
-        num_heads: int,
-        *,
-        num_kv_heads: int | None = None,
-        dropout: float = 0.0,
-        bias: bool = True,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
-        super().__init__()
-        self.attention = MultiHeadAttention(
-            embed_dim,
-            num_heads,
-            num_kv_heads=num_kv_heads,
-            dropout=dropout,
-            bias=bias,
-            device=device,
-            dtype=dtype,
-        )
 
     def forward(
         self,

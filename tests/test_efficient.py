@@ -7,6 +7,10 @@ says otherwise (267 = 3 * 89); sizes are pairwise distinct so a swapped axis fai
 
 from __future__ import annotations
 
+import functools
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -25,6 +29,9 @@ from attention import (
     strided_layout,
 )
 
+sys.path.insert(0, str(Path(__file__).parent))  # tests/ is not a package
+import helpers
+
 B, H, D, Dv = 2, 3, 16, 8
 LENGTHS = [(267, 267), (514, 514), (1030, 1030), (267, 514), (514, 267)]
 IDS = [f"{L}x{S}" for L, S in LENGTHS]
@@ -41,13 +48,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def make_qkv(*lead, L, S, D=D, Dv=Dv, Hkv=None, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    kv_lead = lead if Hkv is None else (*lead[:-1], Hkv)
-    q = torch.randn(*lead, L, D, generator=g, dtype=torch.float64).to(dtype)
-    k = torch.randn(*kv_lead, S, D, generator=g, dtype=torch.float64).to(dtype)
-    v = torch.randn(*kv_lead, S, Dv, generator=g, dtype=torch.float64).to(dtype)
-    return q, k, v
+make_qkv = functools.partial(helpers.make_qkv, D=D, Dv=Dv, dtype=torch.float64)
 
 
 def grads(fn, q, k, v, *extra):

@@ -6,6 +6,10 @@ swapped axis cannot pass by accident; 267 is a length no block size divides.
 
 from __future__ import annotations
 
+import functools
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,16 +18,14 @@ from hypothesis import strategies as st
 
 from attention import attention_weights, causal_mask, scaled_dot_product_attention
 
+sys.path.insert(0, str(Path(__file__).parent))  # tests/ is not a package
+import helpers
+
 B, H, L, S, D, Dv = 2, 3, 5, 7, 11, 13
 
 
-def make_qkv(*lead, L=L, S=S, D=D, Dv=Dv, Hkv=None, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    kv_lead = lead if Hkv is None else (*lead[:-1], Hkv)
-    q = torch.randn(*lead, L, D, generator=g, dtype=torch.float64).to(dtype)
-    k = torch.randn(*kv_lead, S, D, generator=g, dtype=torch.float64).to(dtype)
-    v = torch.randn(*kv_lead, S, Dv, generator=g, dtype=torch.float64).to(dtype)
-    return q, k, v
+# Every keyword can still be overridden by a call.
+make_qkv = functools.partial(helpers.make_qkv, L=L, S=S, D=D, Dv=Dv, dtype=torch.float32)
 
 
 # --- forward parity ---------------------------------------------------------------------
