@@ -133,20 +133,28 @@ def check_attn_mask(attn_mask: object, scores_shape: torch.Size, query: Tensor) 
     return attn_mask
 
 
-def causal_bias_mask(bias: CausalBias, L: int, S: int, device: torch.device) -> Tensor:
-    """The bool ``(L, S)`` mask that a PyTorch ``CausalBias`` stands for.
+def check_causal_bias(bias: CausalBias, L: int, S: int) -> int:
+    """Check a PyTorch ``CausalBias`` was made for ``L`` and ``S``; return its offset.
 
-    ``causal_upper_left`` is top-left aligned, ``causal_lower_right`` bottom-right; the
-    bias must have been made for these ``L`` and ``S``.
+    The diagonal's offset: 0 for ``causal_upper_left``, ``S - L`` for
+    ``causal_lower_right``.
     """
     if (bias.seq_len_q, bias.seq_len_kv) != (L, S):
         raise ValueError(
             "attn_mask (a CausalBias) must be made for the query and key lengths "
             f"(L, S) = ({L}, {S}); got ({bias.seq_len_q}, {bias.seq_len_kv})"
         )
-    lower_right = bias.variant == CausalVariant.LOWER_RIGHT
+    return S - L if bias.variant == CausalVariant.LOWER_RIGHT else 0
+
+
+def causal_bias_mask(bias: CausalBias, L: int, S: int, device: torch.device) -> Tensor:
+    """The bool ``(L, S)`` mask that a PyTorch ``CausalBias`` stands for.
+
+    ``causal_upper_left`` is top-left aligned, ``causal_lower_right`` bottom-right; the
+    bias must have been made for these ``L`` and ``S``.
+    """
+    offset = check_causal_bias(bias, L, S)
     # The same rule as attention.masks.causal_mask (not imported: masks imports this module).
-    offset = S - L if lower_right else 0
     rows = torch.arange(L, device=device).unsqueeze(-1) + offset
     return torch.arange(S, device=device) <= rows
 

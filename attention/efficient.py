@@ -48,11 +48,11 @@ from numbers import Real
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.nn.attention.bias import CausalBias, CausalVariant
+from torch.nn.attention.bias import CausalBias
 
 from attention._checks import (
-    causal_bias_mask,
     check_attn_mask,
+    check_causal_bias,
     check_flag,
     check_mask_or_causal,
     check_query_key,
@@ -153,9 +153,8 @@ def flash_attention(
     L, S = query.shape[-2], key.shape[-2]
     band = Band(low=0, high=None) if is_causal else None  # causal: distance i - j >= 0
     if isinstance(attn_mask, CausalBias):  # a causal mask: skip blocks, don't mask them
-        causal_bias_mask(attn_mask, L, S, query.device)  # checks its lengths
-        lower_right = attn_mask.variant == CausalVariant.LOWER_RIGHT
-        band, attn_mask = Band(low=0, high=None, offset=S - L if lower_right else 0), None
+        offset = check_causal_bias(attn_mask, L, S)
+        band, attn_mask = Band(low=0, high=None, offset=offset), None
     if attn_mask is not None:
         attn_mask = check_attn_mask(attn_mask, scores_shape(query, key, enable_gqa), query)
     schedule = make_schedule(L, S, block_q, block_k, band=band)

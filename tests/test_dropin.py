@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 from torch.autograd import gradcheck, gradgradcheck
 from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
@@ -349,8 +350,6 @@ def test_sizes_accept_numpy_integers(call):
     if isinstance(expected, Tensor):
         torch.testing.assert_close(got, expected)
 
-
-Tensor = torch.Tensor
 
 # Every public bool flag, given something truthy that is not a bool, is refused by name.
 FLAGS = {
