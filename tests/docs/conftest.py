@@ -18,6 +18,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build"
 
+# tests/docs is not a package: its test modules import the helpers beside them
+# (_codeblocks, _forkrun, _pages) from here.
+sys.path.insert(0, str(Path(__file__).parent))
+
 
 @pytest.fixture(scope="session")
 def built_site() -> Path:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from _pages import site_pages
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -107,15 +108,6 @@ MARK_REPEATED_STYLES = """() => {
 NO_TRANSITIONS = (
     "*, *::before, *::after { transition: none !important; animation: none !important; }"
 )
-
-
-def site_pages(site: Path) -> list[str]:
-    """Relative URLs of every page (directory URLs: foo/index.html is served as foo/)."""
-    pages = []
-    for html in sorted(site.rglob("index.html")):
-        rel = html.parent.relative_to(site).as_posix()
-        pages.append("" if rel == "." else rel + "/")
-    return pages
 
 
 def format_report(violations: list[dict], limit: int = 40) -> str:

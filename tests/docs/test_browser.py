@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import urldefrag, urljoin, urlparse
 
 import pytest
+from _pages import site_pages
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -40,15 +41,6 @@ INSPECT_PAGE = """() => {
     links: [...document.querySelectorAll('a[href]')].map((a) => a.href),
   };
 }"""
-
-
-def site_pages(site: Path) -> list[str]:
-    """Relative URLs of every page (directory URLs: foo/index.html is served as foo/)."""
-    pages = []
-    for html in sorted(site.rglob("index.html")):
-        rel = html.parent.relative_to(site).as_posix()
-        pages.append("" if rel == "." else rel + "/")
-    return pages
 
 
 def load_fully(page, url: str) -> None:

@@ -31,13 +31,10 @@ Whether the assertions hold is checked by running the pages (``test_exec_output`
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))  # tests/docs is not a package
 from _codeblocks import markdown_fences
 
 ROOT = Path(__file__).resolve().parents[2]

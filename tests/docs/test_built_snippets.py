@@ -29,12 +29,9 @@ that both tests need runs once per session.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))  # tests/docs is not a package
 from _codeblocks import (
     TUTORIAL_PAGE,
     CodeBlock,

@@ -13,13 +13,10 @@ One page load per page, then one click per block.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from urllib.parse import urljoin
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))  # tests/docs is not a package
 from _codeblocks import (
     CodeBlock,
     built_code_blocks,

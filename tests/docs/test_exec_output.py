@@ -30,13 +30,10 @@ from __future__ import annotations
 
 import ast
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))  # tests/docs is not a package
 from _codeblocks import Element, Fence, built_code_blocks, markdown_fences
 from _forkrun import run_programs
 

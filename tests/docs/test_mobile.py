@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from _pages import site_pages
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -65,15 +66,6 @@ OVERFLOW = """() => {
     offenders: outermost.slice(0, 8).map(describe),
   };
 }"""
-
-
-def site_pages(site: Path) -> list[str]:
-    """Relative URLs of every page (directory URLs: foo/index.html is served as foo/)."""
-    pages = []
-    for html in sorted(site.rglob("index.html")):
-        rel = html.parent.relative_to(site).as_posix()
-        pages.append("" if rel == "." else rel + "/")
-    return pages
 
 
 def test_no_page_scrolls_sideways_on_a_phone(browser, built_site: Path, site_url: str) -> None:

@@ -61,3 +61,19 @@ def test_every_shipped_asset_is_used(built_site: Path) -> None:
     # markdown-exec's Pyodide runner and the in-browser math typesetter are not needed
     assert not list(built_site.rglob("*pyodide*"))
     assert not list(built_site.rglob("auto-render*"))
+
+
+def test_no_script_blocks_the_first_paint(built_site: Path) -> None:
+    # A script file without `defer` or `async` stops the parser until it has been
+    # downloaded and run; on a phone's link that held every page's first paint back by
+    # most of a second (Material's bundle, GLightbox). Inline scripts are Material's
+    # few lines restoring the palette and tabs before the first paint, as they must.
+    pages = sorted(built_site.rglob("*.html"))
+    assert len(pages) > 30
+    blocking = [
+        f"{page.relative_to(built_site)}: {tag}"
+        for page in pages
+        for tag in re.findall(r"<script\b[^>]*\bsrc=[^>]*>", page.read_text())
+        if not re.search(r"\s(defer|async)[\s=>]", tag)
+    ]
+    assert not blocking, "scripts that block the first paint:\n" + "\n".join(blocking[:10])

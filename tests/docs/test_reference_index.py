@@ -9,13 +9,11 @@ built HTML.
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
-import attention
-
-sys.path.insert(0, str(Path(__file__).parent))  # tests/docs is not a package
 from _codeblocks import Element, parse_html
+
+import attention
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "docs" / "reference" / "index.md"

@@ -15,15 +15,12 @@ Each block runs in a fresh namespace, with nothing left over from the block befo
 from __future__ import annotations
 
 import doctest
-import sys
 from pathlib import Path
 
 import matplotlib
 import matplotlib.pyplot as plt
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).parent))  # tests/docs is not a package
 from _codeblocks import Fence, markdown_fences
 
 ROOT = Path(__file__).resolve().parents[2]
