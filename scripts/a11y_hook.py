@@ -19,10 +19,18 @@ with JavaScript off too:
   (the math section of assets/stylesheets/site.css).
 
 The visible focus ring for these boxes is in assets/stylesheets/site.css.
+
+It also makes the ids of code lines unique on the page. Each code line carries an id
+(``__span-N-M``, with an anchor ``__codelineno-N-M`` linking to itself), N counting the
+code blocks of one Markdown rendering. markdown-exec and mkdocstrings render each block
+or docstring in a Markdown instance of their own, so N restarts at 0 many times on a page
+and the same ids appeared up to a dozen times (axe's duplicate-id; a link to a line led
+to the first block with that number). Blocks are numbered again here, in page order.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Any
 
@@ -47,8 +55,27 @@ def focusable_scroll_boxes(html: str) -> str:
     return SCROLL_BOXES.sub(lambda match: match.group(0) + ' tabindex="0"', html)
 
 
+# A code block's element, and in it the two ids every line carries (and the anchor's
+# name and href, which repeat the second).
+CODE_BLOCK = re.compile(r"<code\b[^>]*>.*?</code>", re.DOTALL)
+LINE_ID = re.compile(r"__(span|codelineno)-\d+-(?=\d)")
+
+
+def unique_line_ids(html: str) -> str:
+    """Number the code blocks that carry line ids 0, 1, 2... in the order of the page."""
+    blocks = itertools.count()
+
+    def renumber(block: re.Match[str]) -> str:
+        if "__span-" not in block[0]:
+            return block[0]
+        n = next(blocks)
+        return LINE_ID.sub(lambda m: f"__{m[1]}-{n}-", block[0])
+
+    return CODE_BLOCK.sub(renumber, html)
+
+
 # Last: scripts/katex_hook.py swaps each formula's placeholder element for the typeset
 # one in its own on_post_page, and matches the placeholder's attributes exactly.
 @event_priority(-100)
 def on_post_page(output: str, page: Any, **kwargs: Any) -> str:
-    return focusable_scroll_boxes(output)
+    return unique_line_ids(focusable_scroll_boxes(output))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 
 import jupytext
@@ -101,3 +102,18 @@ def test_every_concept_page_shows_its_executed_output(built_site: Path) -> None:
             f"{source.name}: {executed} executed blocks, {results} results in the HTML"
         )
         assert "Traceback (most recent call last)" not in html, source.name
+
+
+def test_no_id_appears_twice_on_a_page(built_site: Path) -> None:
+    # Code blocks rendered by markdown-exec and mkdocstrings each restart the line-id
+    # counter (scripts/a11y_hook.py renumbers them): a duplicate id is invalid HTML, axe
+    # flags it, and a link to the line lands on the first block with that number.
+    pages = sorted(built_site.rglob("*.html"))
+    assert len(pages) > 30
+    duplicated = {}
+    for page in pages:
+        ids = Counter(re.findall(r'\sid="([^"]+)"', page.read_text()))
+        repeated = sorted(i for i, n in ids.items() if n > 1)
+        if repeated:
+            duplicated[page.relative_to(built_site).as_posix()] = repeated[:4]
+    assert not duplicated, f"ids used more than once: {duplicated}"
