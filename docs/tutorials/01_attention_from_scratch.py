@@ -272,14 +272,19 @@ ax = attention.plot_attention(
 #    what does `attention.scaled_dot_product_attention` give? *Hint:* what is
 #    $0 / 0$?
 #
-# Try them before reading on; each answer below ends with a code cell that checks it.
+# Try them before reading on. Below, each exercise has a folded answer (click it open
+# once you have your own) and a code cell that checks it.
 
 # %% [markdown]
-# ### Answer to exercise 1
+# ### Exercise 1
+#
+# <details markdown="1"><summary>Answer to exercise 1</summary>
 #
 # The scores grow like $\sqrt{D}$ (their standard deviation is about 16 for
 # $D = 256$), so each row's softmax approaches a one-hot vector: the largest weight
 # moves close to 1 and the others, with their gradients, towards 0.
+#
+# </details>
 
 # %%
 q256, k256 = torch.randn(L, 256), torch.randn(L, 256)
@@ -292,11 +297,15 @@ print("largest weights, unscaled:", top_unscaled)
 assert top_unscaled.mean() > 0.9 > top_scaled.mean()
 
 # %% [markdown]
-# ### Answer to exercise 2
+# ### Exercise 2
+#
+# <details markdown="1"><summary>Answer to exercise 2</summary>
 #
 # Scores and weights become $3 \times 5$ ($L \times S$); the output is
 # $3 \times D_v$, one row per query. $D$ and $D_v$ do not change, and every row of
 # weights still sums to 1.
+#
+# </details>
 
 # %%
 q3 = torch.randn(3, D)  # L = 3 queries
@@ -309,10 +318,14 @@ assert w35.shape == (3, 5) and out35.shape == (3, D)
 torch.testing.assert_close(w35.sum(dim=-1), torch.ones(3))
 
 # %% [markdown]
-# ### Answer to exercise 3
+# ### Exercise 3
+#
+# <details markdown="1"><summary>Answer to exercise 3</summary>
 #
 # Nothing breaks: only $Q$ and $K$ must share a size, because only they meet in a dot
 # product. The weights stay $L \times L$ and the output becomes $L \times 6$.
+#
+# </details>
 
 # %%
 V6 = torch.randn(L, 6)
@@ -324,12 +337,16 @@ ref6 = F.scaled_dot_product_attention(Q, K, V6)
 torch.testing.assert_close(out6, ref6)
 
 # %% [markdown]
-# ### Answer to exercise 4
+# ### Exercise 4
+#
+# <details markdown="1"><summary>Answer to exercise 4</summary>
 #
 # With every score of the row at $-\infty$, every $e^{z}$ is 0 and the softmax is
 # $0 / 0$: the textbook version returns NaN for that row. The package, like
 # `F.scaled_dot_product_attention` since PyTorch 2.5, returns a row of zeros instead
 # (see [fully masked rows](../../concepts/masks/#fully-masked-rows)).
+#
+# </details>
 
 # %%
 no_keys = mask.clone()

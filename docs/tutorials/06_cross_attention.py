@@ -610,7 +610,7 @@ assert gap > 0.1
 #    on `Z`. Read the error message. Then print the parameters of
 #    `to_torch()` for a layer whose `context_dim` equals `E`.
 #
-# **Answers**
+# <details markdown="1"><summary>Answers (try the exercises first)</summary>
 #
 # 1. At 0.5 every row is close to uniform (the largest weight is about
 #    0.2, against $1/7 \approx 0.14$ for a uniform row), and the output can
@@ -630,6 +630,8 @@ assert gap > 0.1
 # 4. `ValueError: key must have kdim=16 features (last dimension); got key
 #    (2, 7, 8)`. With equal widths PyTorch stores one stacked
 #    `in_proj_weight` of shape $(3E, E)$ instead of three matrices.
+#
+# </details>
 #
 # **Where next:** the [concept page](../../concepts/self-cross-causal/)
 # compares self-, cross- and causal attention, and
