@@ -31,6 +31,7 @@ EXPECTED = {
         "reference/masks/",
     },
     "rope": {
+        "concepts/rope/",
         "concepts/positional-information/",
         "reference/positional/",
         "tutorials/05_positional_encoding/",
@@ -46,6 +47,7 @@ EXPECTED = {
         "tutorials/04_multi_head_attention/",
         "reference/multi_head/",
     },
+    "kernel regression": {"concepts/kernel-regression/"},
     "softmax overflow": {"concepts/softmax-stability/", "how-to/fix-nans/"},  # its float16 recipe
     "cross attention": {
         "concepts/self-cross-causal/",
