@@ -56,9 +56,11 @@ def focusable_scroll_boxes(html: str) -> str:
 
 
 # A code block's element, and in it the two ids every line carries (and the anchor's
-# name and href, which repeat the second).
+# name and href, which repeat the second). Only the bare ids: mkdocstrings prefixes
+# those of its "Source code" blocks with the object's path (`...--source--__codelineno-0-
+# 245`), unique already, and links them from a line-number column outside the <code>.
 CODE_BLOCK = re.compile(r"<code\b[^>]*>.*?</code>", re.DOTALL)
-LINE_ID = re.compile(r"__(span|codelineno)-\d+-(?=\d)")
+LINE_ID = re.compile(r"(?<=[\"#])__(span|codelineno)-\d+-(?=\d)")
 
 
 def unique_line_ids(html: str) -> str:
