@@ -24,7 +24,11 @@ EXPECTED = {
         "performance/",
         "reference/efficient/",
     },
-    "kv cache": {"tutorials/10_generating_with_a_kv_cache/", "reference/kv_cache/"},
+    "kv cache": {
+        "tutorials/10_generating_with_a_kv_cache/",
+        "reference/kv_cache/",
+        "how-to/kv-cache-decoder-loop/",
+    },
     "causal mask": {
         "concepts/masks/",
         "tutorials/03_causal_and_padding_masks/",
