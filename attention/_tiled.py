@@ -8,27 +8,27 @@ visits, and which pairs inside a visited block are masked. Skipping a block is w
 the saving comes from; the arithmetic inside a block is the same for all three.
 
 Forward (FlashAttention-2 loop order: query blocks outer, key blocks inner). For one
-query block, keep a running row maximum $m$, a running sum $\ell$ of
-$e^{s - m}$ and an unnormalised output $\tilde o$. For each key block with scores
-$s = Q_i K_j^\top \cdot \text{scale} + M_{ij}$:
+query block, keep a running row maximum $m$, a running row sum $\ell$ of
+$e^{z - m}$ and an unnormalised output $\tilde{O}$. For each key block with scores
+$Z_{ij} = Q_i K_j^\top \cdot \text{scale} + M_{ij}$:
 
 $$
-m' = \max(m, \max_j s), \quad
-\ell \leftarrow e^{m - m'} \ell + \textstyle\sum_j e^{s - m'}, \quad
-\tilde o \leftarrow e^{m - m'} \tilde o + e^{s - m'} V_j, \quad m \leftarrow m'.
+m' = \max\bigl(m, \operatorname{rowmax} Z_{ij}\bigr), \quad
+\ell \leftarrow e^{m - m'} \ell + \operatorname{rowsum} e^{Z_{ij} - m'}, \quad
+\tilde{O} \leftarrow e^{m - m'} \tilde{O} + e^{Z_{ij} - m'} V_j, \quad m \leftarrow m'.
 $$
 
-At the end $O_i = \tilde o / \ell$ and the log-sum-exp $\operatorname{lse} = m + \log \ell$
+At the end $O_i = \tilde{O} / \ell$ and the log-sum-exp $\operatorname{lse} = m + \log \ell$
 is kept: one number per query.
 
-Backward. With $P = e^{S - \operatorname{lse}}$ recomputed block by block (never stored
-whole) and $\Delta = \operatorname{rowsum}(dO \circ O)$:
+Backward. With $P = e^{Z_{ij} - \operatorname{lse}}$ recomputed block by block (never
+stored whole) and $\Delta = \operatorname{rowsum}(dO \circ O)$:
 
 $$
 dV_j \mathrel{+}= P^\top dO_i, \quad dP = dO_i V_j^\top, \quad
-dS = P \circ (dP - \Delta_i), \quad
-dQ_i \mathrel{+}= dS\,K_j \cdot \text{scale}, \quad
-dK_j \mathrel{+}= dS^\top Q_i \cdot \text{scale}.
+dZ = P \circ (dP - \Delta_i), \quad
+dQ_i \mathrel{+}= dZ\,K_j \cdot \text{scale}, \quad
+dK_j \mathrel{+}= dZ^\top Q_i \cdot \text{scale}.
 $$
 
 A query with no key to attend to has $\ell = 0$: its output is $0$ and its

@@ -90,7 +90,7 @@ def flash_attention(
     FlashAttention (Dao et al., 2022) in plain PyTorch, with the loop order of
     FlashAttention-2: for each block of ``block_q`` queries, visit the key/value blocks
     of ``block_k`` keys one by one, keeping a running row maximum $m$ and sum
-    $\ell = \sum_j e^{s_j - m}$ (the online softmax). Memory grows linearly with
+    $\ell = \sum_j e^{z_j - m}$ of the scores $z_j$ (the online softmax). Memory grows linearly with
     $L$ and $S$: no ``(L, S)`` tensor is built, forward or backward. The backward
     pass is a custom `torch.autograd.Function` that recomputes each block's
     probabilities from the saved log-sum-exp $m + \log \ell$. With ``is_causal`` the
@@ -336,17 +336,19 @@ def linear_attention(
     $$
 
     (Katharopoulos et al., 2020), with $\phi(x) = \operatorname{elu}(x) + 1 > 0$ by
-    default. The right-hand form computes $\phi(K)^\top V$, a ``(..., M, Dv)`` matrix
-    for $M$ features, once: $O(n\,M\,D_v)$ time and no $L \times S$ matrix. This is a
-    different function from softmax attention, not an approximation of it.
+    default. The right-hand form computes $\phi(K)^\top V$, a $D_\phi \times D_v$
+    matrix for $D_\phi$ features, once: $O(n\,D_\phi\,D_v)$ time and no $L \times S$
+    matrix. This is a different function from softmax attention, not an approximation
+    of it.
 
     With ``is_causal`` (top-left, like PyTorch: query $i$ sums over $j \le i$) the sums
     become prefix sums. Keeping the prefix sum $\sum_{j \le i} \phi(k_j) v_j^\top$ for
-    every $i$ would store $n$ matrices of $M \times D_v$, $O(n\,M\,D_v)$ memory for
-    autograd. Instead the sequence is cut into chunks of ``chunk_size`` $= C$
+    every $i$ would store $n$ matrices of $D_\phi \times D_v$, $O(n\,D_\phi\,D_v)$
+    memory for autograd. Instead the sequence is cut into chunks of ``chunk_size`` $= C$
     positions: within a chunk the quadratic form with a causal mask ($C \times C$),
-    across chunks one running state. Autograd then keeps $O(n\,C + (n / C)\,M\,D_v)$
-    numbers, smallest near $C = \sqrt{M D_v}$: 64 for $M = D_v = 64$.
+    across chunks one running state. Autograd then keeps
+    $O(n\,C + (n / C)\,D_\phi\,D_v)$ numbers, smallest near $C = \sqrt{D_\phi D_v}$: 64
+    for $D_\phi = D_v = 64$.
 
     Args:
         query: ``(..., L, D)``.

@@ -124,8 +124,8 @@ def scaled_dot_product_attention(
             scores. Or PyTorch's ``causal_upper_left(L, S)`` /
             ``causal_lower_right(L, S)`` (``torch.nn.attention.bias``).
         dropout_p: Probability of zeroing an attention weight (the survivors are
-            scaled by $1/(1-p)$). Applied whenever it is above 0: like PyTorch's
-            function, this one has no notion of training mode, so pass 0 at
+            scaled by ``1 / (1 - dropout_p)``). Applied whenever it is above 0: like
+            PyTorch's function, this one has no notion of training mode, so pass 0 at
             evaluation time.
         is_causal: Apply a top-left aligned causal mask (query $i$ sees keys
             $0..i$), as PyTorch does. Cannot be combined with ``attn_mask``.

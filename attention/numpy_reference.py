@@ -271,19 +271,19 @@ def scaled_dot_product_attention_backward(
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     r"""Gradients of a loss with respect to $Q$, $K$ and $V$, derived by hand.
 
-    The forward pass, one step per line, with $s$ the scale:
+    The forward pass, one step per line, with $\text{scale}$ the factor on the scores:
 
     $$
-    Z = s\, Q K^\top + M, \qquad P = \operatorname{softmax}_{\text{rows}}(Z), \qquad
+    Z = Q K^\top \cdot \text{scale} + M, \qquad P = \operatorname{softmax}_{\text{rows}}(Z), \qquad
     O = P V.
     $$
 
-    Given $dO = \partial \ell / \partial O$ (the gradient arriving from the rest of the
-    network, shape of $O$), walk the steps backwards. Write $dX$ for
-    $\partial \ell / \partial X$.
+    Given $dO = \partial \mathcal{L} / \partial O$ (the gradient of the loss
+    $\mathcal{L}$ arriving from the rest of the network, shape of $O$), walk the steps
+    backwards. Write $dX$ for $\partial \mathcal{L} / \partial X$.
 
-    **Values.** $O = PV$ is linear in $V$, and $O_{ic} = \sum_j P_{ij} V_{jc}$ gives
-    $\partial \ell / \partial V_{jc} = \sum_i P_{ij}\, dO_{ic}$:
+    **Values.** $O = PV$ is linear in $V$, and $O_{ic} = \sum_j p_{ij} V_{jc}$ gives
+    $\partial \mathcal{L} / \partial V_{jc} = \sum_i p_{ij}\, dO_{ic}$:
 
     $$dV = P^\top dO \qquad (S \times D_v).$$
 
@@ -307,13 +307,14 @@ def scaled_dot_product_attention_backward(
     $\operatorname{rowsum}(dP \odot P) = \operatorname{rowsum}(dO \odot O)$, which
     needs no $P$.)
 
-    **Scores.** $M$ is a constant, and $Z = s\, Q K^\top$ is bilinear:
+    **Scores.** $M$ is a constant, and $Q K^\top \cdot \text{scale}$ is bilinear:
 
-    $$dQ = s\; dZ\, K \quad (L \times D), \qquad dK = s\; dZ^\top Q \quad (S \times D).$$
+    $$dQ = \text{scale} \cdot dZ\, K \quad (L \times D), \qquad
+    dK = \text{scale} \cdot dZ^\top Q \quad (S \times D).$$
 
-    **Masks need no special case.** A masked pair has $P_{ij} = 0$, so
+    **Masks need no special case.** A masked pair has $p_{ij} = 0$, so
     $dZ_{ij} = 0$ and it adds nothing to $dQ$ or $dK$, and nothing to $dV$ through
-    $P^\top$. A fully masked row has $P_{i\cdot} = 0$, so that query's $dQ$ row is 0 and
+    $P^\top$. A fully masked row has $p_{i\cdot} = 0$, so that query's $dQ$ row is 0 and
     it contributes nothing to $dK$ or $dV$: zero gradients, no NaN. That is also why
     there is no ``attn_mask`` argument: the mask is already in ``weights``.
 

@@ -14,11 +14,12 @@ One number per query summarises how spread out its attention is, the entropy of
 its row of weights, in nats:
 
 $$
-H_i = -\sum_{j=1}^{S} P_{ij} \log P_{ij}, \qquad 0 \le H_i \le \log S,
+\mathcal{H}_i = -\sum_{j=1}^{S} p_{ij} \log p_{ij}, \qquad 0 \le \mathcal{H}_i \le \log S,
 $$
 
-with $0 \log 0 = 0$. It is $0$ for a query that reads a single key and $\log S$ for
-one that spreads evenly over all $S$ keys.
+with $p_{ij}$ the weight query $i$ gives key $j$ and $0 \log 0 = 0$. It is $0$ for
+a query that reads a single key and $\log S$ for one that spreads evenly over all
+$S$ keys.
 
 References:
     - Clark et al., "What Does BERT Look At? An Analysis of BERT's Attention", 2019
@@ -346,9 +347,9 @@ def attention_entropy(weights: NDArray[Any]) -> NDArray[Any]: ...
 def attention_entropy(weights: Tensor | NDArray[Any]) -> Tensor | NDArray[Any]:
     r"""Entropy, in nats, of each query's distribution over the keys.
 
-    $$H_i = -\sum_j P_{ij} \log P_{ij}, \qquad 0 \log 0 = 0.$$
+    $$\mathcal{H}_i = -\sum_j p_{ij} \log p_{ij}, \qquad 0 \log 0 = 0.$$
 
-    $H_i = 0$ means query $i$ puts all its weight on one key (one-hot); the maximum,
+    $\mathcal{H}_i = 0$ means query $i$ puts all its weight on one key (one-hot); the maximum,
     $\log S$, means it spreads evenly over all $S$ keys. A row of zeros, which is
     what this package's attention gives a query whose keys are all masked, has
     entropy 0 by the same convention, never NaN. Rows are taken as they are: they

@@ -114,7 +114,7 @@ def _reject_mathtext(texts: list[Text]) -> None:
             raise ValueError(
                 f"figure text {content!r} is matplotlib mathtext, which a browser cannot "
                 "draw from the SVG: use Unicode instead of $...$ in figure text "
-                "(e.g. '1/√D', 'ℓₜ', '‖∂ℓ/∂z‖'; a literal dollar sign is written '\\$')"
+                "(e.g. '1/√D', 'ℓₜ', '‖∂ℒ/∂z‖'; a literal dollar sign is written '\\$')"
             )
 
 

@@ -104,9 +104,10 @@ for d in (4, 64, 512):
 #
 # The softmax turns each row of scores into a probability distribution over the keys:
 #
-# $$P_{ij} = \frac{e^{z_{ij}}}{\sum_{j'} e^{z_{ij'}}}$$
+# $$p_{ij} = \frac{e^{z_{ij}}}{\sum_{j'} e^{z_{ij'}}}$$
 #
-# Every weight is positive and every row sums to 1. We subtract each row's maximum
+# where $z_{ij} = q_i \cdot k_j / \sqrt{D}$ is the scaled score; the weights
+# $p_{ij}$ form the matrix $P$. Every weight is positive and every row sums to 1. We subtract each row's maximum
 # before exponentiating: it cancels in the fraction but keeps `exp` from overflowing
 # when scores are large ([softmax and numerical stability](../../concepts/softmax-stability/)
 # explains when that matters).
@@ -126,7 +127,7 @@ assert torch.allclose(weights, torch.softmax(scaled, dim=-1))
 # ## 5. The weighted sum of values
 #
 # Output row $i$ is the average of the value rows, weighted by row $i$ of $P$:
-# $\text{out}_i = \sum_j P_{ij} v_j$. For all rows at once that is $P V$.
+# $\text{out}_i = \sum_j p_{ij} v_j$. For all rows at once that is $P V$.
 
 # %%
 out = weights @ V  # (L, L) @ (L, D) -> (L, D)

@@ -408,7 +408,7 @@ assert not torch.equal(scores, scores.T)
 # ## 5. What "it" carries away
 #
 # The output of a query is the weighted average of the value rows,
-# $\text{out}_i = \sum_j P_{ij} v_j$. Because $W^V = I$, it is still a
+# $\text{out}_i = \sum_j p_{ij} v_j$. Because $W^V = I$, it is still a
 # vector of our nine features, and we can read it.
 
 # %% caption="Bar chart of the nine features of it before attention (its embedding, blue: pronoun = 1 and nothing else) and after (its attention output, orange): the output has almost lost the pronoun (0.04) and carries noun 0.83, fruit 0.83 and acidity 0.48, the average of apple's and orange's."
@@ -451,8 +451,8 @@ title = ax.set_title("'it' goes in a pronoun and comes out a fruit")
 # scores are $6 \cdot 1 / 2 = 3$ for the two fruits and $0$ for the other
 # eight tokens, and
 #
-# $$P_{\text{it}, \text{apple}} = \frac{e^3}{2e^3 + 8 e^0} \approx 0.417,
-# \qquad P_{\text{it}, \text{other}} = \frac{1}{2e^3 + 8} \approx 0.021 .$$
+# $$p_{\text{it}, \text{apple}} = \frac{e^3}{2e^3 + 8 e^0} \approx 0.417,
+# \qquad p_{\text{it}, \text{other}} = \frac{1}{2e^3 + 8} \approx 0.021 .$$
 
 # %%
 q_it = X_fruit[it] @ W_q
@@ -554,9 +554,9 @@ print("bars after V * 10:", out_big.norm(dim=-1))
 #
 # ## 8. How spread out is each row? Attention entropy
 #
-# The entropy of row $i$, $H_i = -\sum_j P_{ij} \log P_{ij}$ (in nats),
-# summarises how many keys a query reads: 0 for one key, $\log 2$ for two
-# equal keys, $\log S$ for all $S$ keys evenly.
+# The entropy of row $i$, $\mathcal{H}_i = -\sum_j p_{ij} \log p_{ij}$ (in
+# nats), summarises how many keys a query reads: 0 for one key, $\log 2$
+# for two equal keys, $\log S$ for all $S$ keys evenly.
 # [`plot_attention_entropy`](../../reference/viz/#attention.viz.plot_attention_entropy)
 # draws it with a dashed line at $\log S$.
 
@@ -574,24 +574,24 @@ ax = attention.plot_attention_entropy(
     title="hand-chosen W_Q, W_K",
 )
 
-H_id = attention.attention_entropy(P_fruit_id)
-H = attention.attention_entropy(P_fruit)
+ent_id = attention.attention_entropy(P_fruit_id)
+ent = attention.attention_entropy(P_fruit)
 L = len(fruit_tokens)
 print(f"log S = {math.log(L):.3f}")
-print("entropy, W = I:       ", H_id)
-print("entropy, hand-chosen: ", H)
-assert (H_id > 0.97 * math.log(L)).all()  # identity: almost uniform
+print("entropy, W = I:       ", ent_id)
+print("entropy, hand-chosen: ", ent)
+assert (ent_id > 0.97 * math.log(L)).all()  # identity: almost uniform
 apple = fruit_tokens.index("apple")
-torch.testing.assert_close(H[apple], torch.tensor(math.log(L)))
+torch.testing.assert_close(ent[apple], torch.tensor(math.log(L)))
 # "it": two weights p on the fruits, eight small weights r elsewhere
 p, r = by_hand[fruit_tokens.index("apple")], by_hand[0]
-torch.testing.assert_close(H[it], -(2 * p * p.log() + 8 * r * r.log()))
+torch.testing.assert_close(ent[it], -(2 * p * p.log() + 8 * r * r.log()))
 print(
     f"'it': two keys give {-2 * p * p.log():.3f} nats, the eight "
     f"small weights {-8 * r * r.log():.3f}"
 )
 torch.testing.assert_close(
-    H[fruit_tokens.index("I")], H[fruit_tokens.index("less")]
+    ent[fruit_tokens.index("I")], ent[fruit_tokens.index("less")]
 )
 
 # %% [markdown]
@@ -630,9 +630,9 @@ for tau in taus:
     P_tau = attention.attention_weights(
         Q_f, K_f, scale=1 / (tau * math.sqrt(D))
     )
-    H_tau = attention.attention_entropy(P_tau)
+    ent_tau = attention.attention_entropy(P_tau)
     for w in watch:
-        entropies[w].append(float(H_tau[fruit_tokens.index(w)]))
+        entropies[w].append(float(ent_tau[fruit_tokens.index(w)]))
 
 for w in watch:
     assert np.all(np.diff(entropies[w]) >= -1e-6)  # hotter = flatter

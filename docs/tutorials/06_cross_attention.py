@@ -25,12 +25,14 @@
 # In self-attention queries, keys and values are three projections of one
 # sequence. Cross-attention changes only where they come from:
 #
-# $$\operatorname{CrossAttention}(Y, Z) = \operatorname{softmax}\!\left(
-# \frac{(Y W^Q)(Z W^K)^\top}{\sqrt{D}}\right) Z W^V$$
+# $$\operatorname{CrossAttention}(Y, X) = \operatorname{softmax}\!\left(
+# \frac{(Y W^Q)(X W^K)^\top}{\sqrt{D}}\right) X W^V$$
 #
-# with $Y \in \mathbb{R}^{L \times E}$ and $Z \in \mathbb{R}^{S \times C}$.
-# $Y$ holds the decoder states (the target sentence so far) and $Z$ the
-# encoder output (the source sentence). The
+# with $Y \in \mathbb{R}^{L \times E}$ and
+# $X \in \mathbb{R}^{S \times E_{\text{ctx}}}$. $Y$ holds the decoder states
+# (the target sentence so far) and $X$ the encoder output (the source
+# sentence), of width $E_{\text{ctx}}$; the concept pages write them $X_q$
+# and $X_{kv}$. The
 # [concept page](../../concepts/self-cross-causal/) places this layer in
 # the encoder-decoder architecture; here we run it. Runs in a few seconds
 # on a CPU.
@@ -63,12 +65,12 @@ torch.set_printoptions(precision=3, sci_mode=False)
 # English counterpart. The first source has $S = 7$ tokens, the second 5
 # (padded to 7), and both targets have $L = 4$.
 #
-# The stand-in **encoder output** $z_j$ for a source token is the one-hot
-# vector of its concept plus a little noise, width $C = 8$. The stand-in
-# **decoder state** $y_i$ for a target token has width $E = 16$: the
-# concept's one-hot vector in the first 8 features and noise in the other 8
-# (everything else a decoder knows: position, grammar of the target
-# language). The encoder and decoder widths differ on purpose.
+# The stand-in **encoder output** $x_j$ for a source token is the one-hot
+# vector of its concept plus a little noise, width $E_{\text{ctx}} = 8$.
+# The stand-in **decoder state** $y_i$ for a target token has width
+# $E = 16$: the concept's one-hot vector in the first 8 features and noise
+# in the other 8 (everything else a decoder knows: position, grammar of the
+# target language). The encoder and decoder widths differ on purpose.
 
 # %%
 concepts = ["I", "you", "not", "eat", "apple", "some", "a", "."]
@@ -90,34 +92,34 @@ targets = [
 B = len(sources)
 S = max(len(s) for s in sources)  # padded source length: 7
 L = len(targets[0])  # target length: 4
-C = len(concepts)  # encoder width: 8
+E_ctx = len(concepts)  # encoder width: 8
 E = 16  # decoder width
 
 
 def one_hot(concept: str) -> torch.Tensor:
-    return F.one_hot(torch.tensor(concepts.index(concept)), C).float()
+    return F.one_hot(torch.tensor(concepts.index(concept)), E_ctx).float()
 
 
 # Encoder output: concept + noise. Padding slots hold whatever the encoder
 # happened to compute there, here random vectors.
-Z = torch.randn(B, S, C)  # (B, S, C)
+X = torch.randn(B, S, E_ctx)  # (B, S, E_ctx)
 for b, sentence in enumerate(sources):
     for j, (_, concept) in enumerate(sentence):
-        Z[b, j] = one_hot(concept) + 0.1 * torch.randn(C)
+        X[b, j] = one_hot(concept) + 0.1 * torch.randn(E_ctx)
 
 # Decoder states: concept in features 0..7, unrelated noise in 8..15.
 Y = torch.zeros(B, L, E)  # (B, L, E)
 for b, sentence in enumerate(targets):
     for i, (_, concept) in enumerate(sentence):
-        Y[b, i, :C] = one_hot(concept)
-        Y[b, i, C:] = 0.5 * torch.randn(E - C)
+        Y[b, i, :E_ctx] = one_hot(concept)
+        Y[b, i, E_ctx:] = 0.5 * torch.randn(E - E_ctx)
 
 lengths = [len(s) for s in sources]
 source_words = [
     [w for w, _ in s] + ["<pad>"] * (S - len(s)) for s in sources
 ]
 target_words = [[w for w, _ in t] for t in targets]
-print("encoder output Z:", tuple(Z.shape), " source lengths:", lengths)
+print("encoder output X:", tuple(X.shape), " source lengths:", lengths)
 print("decoder states Y:", tuple(Y.shape))
 for b in range(B):
     source, target = " ".join(source_words[b]), " ".join(target_words[b])
@@ -132,8 +134,8 @@ for b in range(B):
 # - $W^Q$ ($E \times D$) keeps the concept features of the decoder state,
 #   times a gain, and drops the rest: the query says "I am looking for the
 #   concept *not*".
-# - $W^K = I$ ($C \times D$): the key of a source token is its concept,
-#   "I carry the concept *not*".
+# - $W^K = I$ ($E_{\text{ctx}} \times D$): the key of a source token is
+#   its concept, "I carry the concept *not*".
 # - $W^V = I$: what a source token hands over is its concept too, so we can
 #   read off what each target token received.
 #
@@ -144,14 +146,14 @@ for b in range(B):
 D = 8
 sharpness = 5.0
 W_q = torch.zeros(E, D)
-W_q[:C] = sharpness * D**0.5 * torch.eye(C)  # (E, D): concept part only
-W_k = torch.eye(C, D)  # (C, D)
-W_v = torch.eye(C, D)  # (C, D)
+W_q[:E_ctx] = sharpness * D**0.5 * torch.eye(E_ctx)  # concept part only
+W_k = torch.eye(E_ctx, D)  # (E_ctx, D)
+W_v = torch.eye(E_ctx, D)  # (E_ctx, D)
 
-y, z = Y[0], Z[0]  # (L, E), (S, C)
+y, x = Y[0], X[0]  # (L, E), (S, E_ctx)
 q = y @ W_q  # (L, D) = (4, 8): one query per target token
-k = z @ W_k  # (S, D) = (7, 8): one key per source token
-v = z @ W_v  # (S, D) = (7, 8): one value per source token
+k = x @ W_k  # (S, D) = (7, 8): one key per source token
+v = x @ W_v  # (S, D) = (7, 8): one value per source token
 scores = q @ k.T / D**0.5  # (L, S) = (4, 7): not square
 w = torch.softmax(scores, dim=-1)  # (L, S)
 out = w @ v  # (L, D) = (4, 8): one output per *query*
@@ -223,9 +225,9 @@ ax = attention.plot_attention(
 #
 # [`attention.CrossAttention`](../../reference/multi_head/#attention.multi_head.CrossAttention)
 # wraps this in a layer with $H$ heads and an output projection.
-# `context_dim` is the encoder's width $C$; it sets the input width of
-# $W^K$ and $W^V$ (PyTorch calls these `kdim` and `vdim`), which map it to
-# the same head size $D$ as the queries. With $E = 16$ and $H = 2$ heads,
+# `context_dim` is the encoder's width $E_{\text{ctx}}$; it sets the input
+# width of $W^K$ and $W^V$ (PyTorch calls these `kdim` and `vdim`), which
+# map it to the same head size $D$ as the queries. With $E = 16$ and $H = 2$ heads,
 # $D = E / H = 8$.
 #
 # We plant the hand-made projections in head 0 and leave head 1 at its
@@ -236,25 +238,27 @@ ax = attention.plot_attention(
 
 # %%
 H = 2
-layer = attention.CrossAttention(embed_dim=E, num_heads=H, context_dim=C)
+layer = attention.CrossAttention(
+    embed_dim=E, num_heads=H, context_dim=E_ctx
+)
 mha = layer.attention  # the MultiHeadAttention inside
 assert mha.head_dim == D
 with torch.no_grad():
     mha.q_proj.weight[:D] = W_q.T  # head 0 of the (E, E) query projection
-    mha.k_proj.weight[:D] = W_k.T  # head 0 of the (E, C) key projection
-    mha.v_proj.weight[:D] = W_v.T  # head 0 of the (E, C) value projection
+    mha.k_proj.weight[:D] = W_k.T  # head 0 of the (E, E_ctx) keys
+    mha.v_proj.weight[:D] = W_v.T  # head 0 of the (E, E_ctx) values
     for proj in (mha.q_proj, mha.k_proj, mha.v_proj):
         proj.bias.zero_()
 print("q_proj.weight", tuple(mha.q_proj.weight.shape), "(E, E)")
-print("k_proj.weight", tuple(mha.k_proj.weight.shape), "(E, C)")
+print("k_proj.weight", tuple(mha.k_proj.weight.shape), "(E, E_ctx)")
 
 with torch.no_grad():
-    steps = {"Y (decoder)": Y, "Z (encoder)": Z}
+    steps = {"Y (decoder)": Y, "X (encoder)": X}
     q = mha.q_proj(Y)  # (B, L, E)
     q = q.view(B, L, H, D).transpose(1, 2)  # (B, H, L, D)
-    k = mha.k_proj(Z)  # (B, S, E): C features in, E out
+    k = mha.k_proj(X)  # (B, S, E): E_ctx features in, E out
     k = k.view(B, S, H, D).transpose(1, 2)  # (B, H, S, D): S, not L
-    v = mha.v_proj(Z).view(B, S, H, D).transpose(1, 2)  # (B, H, S, D)
+    v = mha.v_proj(X).view(B, S, H, D).transpose(1, 2)  # (B, H, S, D)
     weights = attention.attention_weights(q, k)  # (B, H, L, S)
     heads = weights @ v  # (B, H, L, D): back to the decoder's length
     concat = heads.transpose(1, 2).reshape(B, L, E)  # (B, L, E)
@@ -266,9 +270,9 @@ for name, t in steps.items():
     print(f"{name:>12}: {tuple(t.shape)}")
 
 with torch.no_grad():
-    out_layer = layer(Y, Z)
+    out_layer = layer(Y, X)
     _, w_layer = mha(
-        Y, Z, Z, need_weights=True, average_attn_weights=False
+        Y, X, X, need_weights=True, average_attn_weights=False
     )  # (B, H, L, S)
 torch.testing.assert_close(out, out_layer)
 torch.testing.assert_close(weights, w_layer)
@@ -315,17 +319,17 @@ print(real.int())
 
 with torch.no_grad():
     _, w_plain = mha(
-        Y, Z, Z, need_weights=True, average_attn_weights=False
+        Y, X, X, need_weights=True, average_attn_weights=False
     )
     _, w_masked = mha(
         Y,
-        Z,
-        Z,
+        X,
+        X,
         key_padding_mask=~real,
         need_weights=True,
         average_attn_weights=False,
     )  # (B, H, L, S)
-    out_masked = layer(Y, Z, context_padding_mask=~real)
+    out_masked = layer(Y, X, context_padding_mask=~real)
 
 leak = w_plain[1, :, :, 5:].sum(dim=-1)  # (H, L) weight on the pads
 print("weight on <pad> without the mask, per head and query:")
@@ -342,10 +346,10 @@ torch.testing.assert_close(w_masked.sum(dim=-1), torch.ones(B, H, L))
 
 # %% caption="Head 0's weights for the padded second sentence pair, you eat an apple over tu manges une pomme . and two <pad> keys, each cell labelled with its weight. Without a mask (top) some weight leaks onto the padding, 0.25 of the row of an on the last <pad>; with context_padding_mask (bottom) both <pad> columns are exactly 0 and each word reads its source word with 0.95 to 0.98."
 with torch.no_grad():
-    alone = layer(Y[1:], Z[1:, :5])  # (1, L, E): no padding at all
-    Z_garbage = Z.clone()
-    Z_garbage[1, 5:] = 1e3 * torch.randn(S - 5, C)
-    out_garbage = layer(Y, Z_garbage, context_padding_mask=~real)
+    alone = layer(Y[1:], X[1:, :5])  # (1, L, E): no padding at all
+    X_garbage = X.clone()
+    X_garbage[1, 5:] = 1e3 * torch.randn(S - 5, E_ctx)
+    out_garbage = layer(Y, X_garbage, context_padding_mask=~real)
 gap = (out_masked[1] - alone[0]).abs().max()
 print(f"max |padded + mask - unpadded| = {gap:.1e}")
 torch.testing.assert_close(out_masked[1:], alone)
@@ -418,21 +422,21 @@ class DecoderBlock(nn.Module):
             nn.Linear(4 * embed_dim, embed_dim),
         )
 
-    def forward(self, y, z, context_padding_mask=None):
+    def forward(self, y, x, context_padding_mask=None):
         y = y + self.self_attn(self.norm1(y))  # (B, L, E): reads y[:i+1]
         y = y + self.cross_attn(
-            self.norm2(y), z, context_padding_mask=context_padding_mask
-        )  # (B, L, E): reads all real tokens of z
+            self.norm2(y), x, context_padding_mask=context_padding_mask
+        )  # (B, L, E): reads all real tokens of x
         return y + self.ffn(self.norm3(y))  # (B, L, E)
 
 
-block = DecoderBlock(E, H, C)
+block = DecoderBlock(E, H, E_ctx)
 with torch.no_grad():
     a = block.self_attn(block.norm1(Y))
-    b = block.cross_attn(block.norm2(Y + a), Z, context_padding_mask=~real)
-    result = block(Y, Z, context_padding_mask=~real)
+    b = block.cross_attn(block.norm2(Y + a), X, context_padding_mask=~real)
+    result = block(Y, X, context_padding_mask=~real)
 print("target in          :", tuple(Y.shape), "(B, L, E)")
-print("source in          :", tuple(Z.shape), "(B, S, C)")
+print("source in          :", tuple(X.shape), "(B, S, E_ctx)")
 print("causal self-attn   :", tuple(a.shape), "(B, L, E)")
 print("cross-attention    :", tuple(b.shape), "(B, L, E)")
 print("block output       :", tuple(result.shape), "(B, L, E)")
@@ -448,11 +452,11 @@ assert result.shape == Y.shape
 # %%
 Y_edit = Y.clone()
 Y_edit[:, 2] = torch.randn(B, E)
-Z_edit = Z.clone()
-Z_edit[:, 0] = torch.randn(B, C)
+X_edit = X.clone()
+X_edit[:, 0] = torch.randn(B, E_ctx)
 with torch.no_grad():
-    by_target = block(Y_edit, Z, context_padding_mask=~real) - result
-    by_source = block(Y, Z_edit, context_padding_mask=~real) - result
+    by_target = block(Y_edit, X, context_padding_mask=~real) - result
+    by_source = block(Y, X_edit, context_padding_mask=~real) - result
 change_t = by_target.abs().amax(dim=(0, 2))  # (L,)
 change_s = by_source.abs().amax(dim=(0, 2))  # (L,)
 print("change per position after editing")
@@ -478,11 +482,11 @@ assert torch.all(change_s > 0)
 reference = mha.to_torch()  # nn.MultiheadAttention(16, 2, kdim=8, vdim=8)
 for name, p in reference.named_parameters():
     print(f"  {name:16s} {tuple(p.shape)}")
-assert reference.kdim == reference.vdim == C and reference.batch_first
+assert reference.kdim == reference.vdim == E_ctx and reference.batch_first
 
 with torch.no_grad():
     out_ref, w_ref = reference(
-        Y, Z, Z, key_padding_mask=~real, average_attn_weights=False
+        Y, X, X, key_padding_mask=~real, average_attn_weights=False
     )
 print(f"max |output  - torch| = {(out_masked - out_ref).abs().max():.1e}")
 print(f"max |weights - torch| = {(w_masked - w_ref).abs().max():.1e}")
@@ -490,13 +494,15 @@ torch.testing.assert_close(out_masked, out_ref)
 torch.testing.assert_close(w_masked, w_ref)
 
 # And back: a fresh PyTorch module, ported into a CrossAttention.
-theirs = nn.MultiheadAttention(E, H, kdim=C, vdim=C, batch_first=True)
-ours = attention.CrossAttention(E, H, context_dim=C)
+theirs = nn.MultiheadAttention(
+    E, H, kdim=E_ctx, vdim=E_ctx, batch_first=True
+)
+ours = attention.CrossAttention(E, H, context_dim=E_ctx)
 ported = attention.MultiHeadAttention.from_torch(theirs)
 ours.attention.load_state_dict(ported.state_dict())
 with torch.no_grad():
-    expected, _ = theirs(Y, Z, Z, key_padding_mask=~real)
-    got = ours(Y, Z, context_padding_mask=~real)
+    expected, _ = theirs(Y, X, X, key_padding_mask=~real)
+    got = ours(Y, X, context_padding_mask=~real)
 print(f"max |ported - torch|  = {(got - expected).abs().max():.1e}")
 torch.testing.assert_close(got, expected)
 
@@ -517,7 +523,7 @@ def split_heads_wrong(x, B, L, H, D):
 
 
 with torch.no_grad():
-    k_proj = mha.k_proj(Z)  # (B, S, E) = (2, 7, 16)
+    k_proj = mha.k_proj(X)  # (B, S, E) = (2, 7, 16)
 try:
     split_heads_wrong(k_proj, B, L, H, D)
 except RuntimeError as error:
@@ -540,7 +546,7 @@ def split_heads(x, H):
 
 with torch.no_grad():
     k_right = split_heads(k_proj, H)  # (B, H, S, D)
-    k_square = mha.k_proj(Z[:, :L])  # a source that happens to have S = L
+    k_square = mha.k_proj(X[:, :L])  # a source that happens to have S = L
     same = split_heads_wrong(k_square, B, L, H, D)
 print("keys, split correctly:", tuple(k_right.shape))
 torch.testing.assert_close(k_right, k)
@@ -562,8 +568,8 @@ def split_heads_silent(x, H):
 
 with torch.no_grad():
     qs = split_heads_silent(mha.q_proj(Y), H)
-    ks = split_heads_silent(mha.k_proj(Z), H)
-    vs = split_heads_silent(mha.v_proj(Z), H)
+    ks = split_heads_silent(mha.k_proj(X), H)
+    vs = split_heads_silent(mha.v_proj(X), H)
     heads_silent = attention.scaled_dot_product_attention(qs, ks, vs)
     out_silent = mha.out_proj(
         heads_silent.transpose(1, 2).reshape(B, L, E)
@@ -576,9 +582,10 @@ assert gap > 0.1
 # ## Summary
 #
 # - Cross-attention takes queries from the decoder ($L$ positions, width
-#   $E$) and keys and values from the encoder ($S$ positions, width $C$).
-#   `CrossAttention(embed_dim=E, num_heads=H, context_dim=C)` maps both to
-#   heads of size $D = E / H$.
+#   $E$) and keys and values from the encoder ($S$ positions, width
+#   $E_{\text{ctx}}$).
+#   `CrossAttention(embed_dim=E, num_heads=H, context_dim=E_ctx)` maps
+#   both to heads of size $D = E / H$.
 # - The weights are $(B, H, L, S)$, a non-square map whose rows sum to 1;
 #   the output is $(B, L, E)$, one row per *query*. Only keys, values and
 #   weights carry $S$.
@@ -602,12 +609,12 @@ assert gap > 0.1
 #    do the two sentences' outputs become? *Hint:* which keys are left for
 #    the first sentence, which has no padding?
 # 3. Run `layer` on the first two target tokens only,
-#    `layer(Y[:, :2], Z, context_padding_mask=~real)`, and compare with
+#    `layer(Y[:, :2], X, context_padding_mask=~real)`, and compare with
 #    `out_masked[:, :2]`. Then do the same with the decoder block against
 #    `result[:, :2]`, and with the block on the *last* three tokens,
 #    `block(Y[:, 1:], ...)` against `result[:, 1:]`. Which pairs agree?
 # 4. Build `attention.CrossAttention(E, H)` (no `context_dim`) and call it
-#    on `Z`. Read the error message. Then print the parameters of
+#    on `X`. Read the error message. Then print the parameters of
 #    `to_torch()` for a layer whose `context_dim` equals `E`.
 #
 # <details markdown="1"><summary>Answers (try the exercises first)</summary>

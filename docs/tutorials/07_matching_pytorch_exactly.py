@@ -206,8 +206,8 @@ print("averaged weights = mean of the per-head weights over H")
 # `(L, B, E)`, sequence first. Feed it a batch-first `(B, L, E)` tensor
 # and, in self-attention, nothing complains: the output has the right
 # shape, but the module read axis 0 as the sequence. With $B = 2$ it
-# attended over "sequences" of two tokens, token $\ell$ of sentence 0 and
-# token $\ell$ of sentence 1, so the sentences of the batch leak into each
+# attended over "sequences" of two tokens, token $i$ of sentence 0 and
+# token $i$ of sentence 1, so the sentences of the batch leak into each
 # other.
 
 # %%

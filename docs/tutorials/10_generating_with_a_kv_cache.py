@@ -450,8 +450,10 @@ _ = ax.legend()
 # Each layer stores one key and one value vector of size $D$ per key/value
 # head and per token, so the cache grows by
 #
-# $$\text{bytes per token} = 2 \cdot \text{layers} \cdot H_{kv} \cdot D
-# \cdot \text{bytes per number}.$$
+# $$\text{bytes per token} = 2 \cdot N_{\text{layers}} \cdot H_{kv} \cdot D
+# \cdot \text{bytes per number},$$
+#
+# with $N_{\text{layers}}$ the number of layers.
 #
 # **Grouped-query attention** (GQA) shrinks it: the $H$ query heads share
 # $H_{kv} < H$ key/value heads (`num_kv_heads`), and **multi-query
@@ -531,7 +533,7 @@ for label, kv_heads in (
 #   about $n^2$ to about $n$ in arithmetic. The measured times follow only
 #   roughly (section 6): a fixed cost per call, the same with or without
 #   the cache, is most of a cached step's time at these sizes.
-# - The price is memory: $2 \cdot \text{layers} \cdot H_{kv} \cdot D$ numbers
+# - The price is memory: $2 \cdot N_{\text{layers}} \cdot H_{kv} \cdot D$ numbers
 #   per token, which grouped-query and multi-query attention cut by
 #   $H / H_{kv}$.
 #

@@ -80,10 +80,10 @@ for n in (1024, 8192):
 #
 # ## 2. The softmax needs the maximum first
 #
-# The numerically safe softmax of a row $s_1, \dots, s_n$ is
+# The numerically safe softmax of a row of scores $z_1, \dots, z_S$ is
 #
-# $$p_j = \frac{e^{s_j - m}}{\ell}, \qquad m = \max_j s_j, \qquad
-# \ell = \sum_j e^{s_j - m}.$$
+# $$p_j = \frac{e^{z_j - m}}{\ell}, \qquad m = \max_j z_j, \qquad
+# \ell = \sum_j e^{z_j - m}.$$
 #
 # Subtracting $m$ changes nothing mathematically (it cancels between the
 # numerator and $\ell$) but keeps every exponent $\le 0$. Without it, float32
@@ -95,10 +95,10 @@ for n in (1024, 8192):
 
 # %%
 scores = 84 + torch.linspace(0, 6, 12) + torch.randn(12)  # float32
-print("scores:", " ".join(f"{s:.1f}" for s in scores.tolist()))
+print("scores:", " ".join(f"{z:.1f}" for z in scores.tolist()))
 
 unshifted = torch.exp(scores).sum()  # overflows
-print("sum of exp(s) without the shift:", unshifted.item())
+print("sum of exp(z) without the shift:", unshifted.item())
 assert torch.isinf(unshifted)
 
 m = scores.max()  # pass 1: the maximum
@@ -115,35 +115,35 @@ torch.testing.assert_close(p, torch.softmax(scores, dim=0))
 #
 # Suppose the scores arrive one by one. After $t$ of them keep two numbers:
 #
-# $$m_t = \max_{j \le t} s_j, \qquad \ell_t = \sum_{j \le t} e^{s_j - m_t}.$$
+# $$m_t = \max_{j \le t} z_j, \qquad \ell_t = \sum_{j \le t} e^{z_j - m_t}.$$
 #
-# When $s_{t+1}$ arrives the maximum is easy: $m_{t+1} = \max(m_t,
-# s_{t+1})$. The sum must be re-expressed against the new maximum. Every old
+# When $z_{t+1}$ arrives the maximum is easy: $m_{t+1} = \max(m_t,
+# z_{t+1})$. The sum must be re-expressed against the new maximum. Every old
 # term changes by the same factor,
 #
-# $$e^{s_j - m_{t+1}} = e^{s_j - m_t} \, e^{m_t - m_{t+1}},$$
+# $$e^{z_j - m_{t+1}} = e^{z_j - m_t} \, e^{m_t - m_{t+1}},$$
 #
 # so the whole old sum does:
 #
-# $$\ell_{t+1} = \sum_{j \le t+1} e^{s_j - m_{t+1}}
-# = e^{m_t - m_{t+1}} \, \ell_t + e^{s_{t+1} - m_{t+1}}.$$
+# $$\ell_{t+1} = \sum_{j \le t+1} e^{z_j - m_{t+1}}
+# = e^{m_t - m_{t+1}} \, \ell_t + e^{z_{t+1} - m_{t+1}}.$$
 #
 # The **rescaling factor** $e^{m_t - m_{t+1}}$ is 1 when the maximum did not
 # move, and below 1 when it did: the old terms were measured against a
 # smaller maximum and shrink to the new one. Every exponent stays $\le 0$,
 # so nothing overflows. Start from $m_0 = -\infty$, $\ell_0 = 0$ (the first
 # rescaling factor is $e^{-\infty} = 0$, which drops the empty sum). At the
-# end $m_n = m$ and $\ell_n = \ell$: the same two numbers as the three-pass
+# end $m_S = m$ and $\ell_S = \ell$: the same two numbers as the three-pass
 # version, from one pass. Their combination $m + \log \ell$ is the
 # **log-sum-exp** of the row, which `torch.logsumexp` computes directly.
 
 # %%
 m = torch.tensor(float("-inf"))  # running maximum m_t
-ell = torch.tensor(0.0)  # running sum of exp(s_j - m_t)
+ell = torch.tensor(0.0)  # running sum of exp(z_j - m_t)
 trace_m, trace_ell = [], []
-for s in scores:  # one score at a time
-    m_new = torch.maximum(m, s)
-    ell = torch.exp(m - m_new) * ell + torch.exp(s - m_new)  # rescale, add
+for z in scores:  # one score at a time
+    m_new = torch.maximum(m, z)
+    ell = torch.exp(m - m_new) * ell + torch.exp(z - m_new)  # rescale, add
     m = m_new
     trace_m.append(m.item())
     trace_ell.append(ell.item())
@@ -156,7 +156,7 @@ torch.testing.assert_close(torch.exp(scores - m) / ell, p)
 
 # %% [markdown]
 # The trace shows the mechanism. While the maximum stays put, each score
-# adds $e^{s_t - m_t} \le 1$ to $\ell_t$. When a new maximum arrives, the
+# adds $e^{z_t - m_t} \le 1$ to $\ell_t$. When a new maximum arrives, the
 # old sum is first shrunk by the rescaling factor and the new score adds
 # exactly $e^0 = 1$; the bigger the jump, the deeper the drop. Throughout,
 # $1 \le \ell_t \le t$.
@@ -167,10 +167,10 @@ moved = np.r_[True, np.diff(trace_m) > 0]  # steps where the max changed
 fig, (ax1, ax2) = plt.subplots(
     2, 1, figsize=(7, 4.6), sharex=True, layout="constrained"
 )
-ax1.plot(steps, scores.numpy(), "o", label="score sₜ")
+ax1.plot(steps, scores.numpy(), "o", label="score zₜ")
 ax1.step(steps, trace_m, where="post", label="running max mₜ")
 ax1.axhline(88.7, color="grey", ls=":", lw=1)
-ax1.text(1, 88.9, "exp(s) overflows float32 above 88.7", fontsize=8)
+ax1.text(1, 88.9, "exp(z) overflows float32 above 88.7", fontsize=8)
 ax1.set(ylabel="score")
 ax1.legend(loc="lower right", fontsize=8)
 ax2.plot(steps, trace_ell, "-", color="C2", label="running sum ℓₜ")
@@ -189,24 +189,24 @@ _ = ax2.legend(fontsize=8)
 # ## 4. The weighted sum, streamed: one query over blocks of keys
 #
 # Attention needs more than the normaliser: the output of a query is
-# $o = \sum_j p_j v_j = \frac{1}{\ell} \sum_j e^{s_j - m} v_j$. Keep the
+# $o = \sum_j p_j v_j = \frac{1}{\ell} \sum_j e^{z_j - m} v_j$. Keep the
 # unnormalised sum against the running maximum,
-# $\tilde o_t = \sum_{j \le t} e^{s_j - m_t} v_j$, a vector of size $D_v$.
+# $\tilde{o}_t = \sum_{j \le t} e^{z_j - m_t} v_j$, a vector of size $D_v$.
 # It changes with the maximum exactly as $\ell_t$ does, so it gets the same
 # factor:
 #
-# $$\tilde o_{t+1} = e^{m_t - m_{t+1}} \, \tilde o_t
-# + e^{s_{t+1} - m_{t+1}} \, v_{t+1}, \qquad o = \tilde o_n / \ell_n.$$
+# $$\tilde{o}_{t+1} = e^{m_t - m_{t+1}} \, \tilde{o}_t
+# + e^{z_{t+1} - m_{t+1}} \, v_{t+1}, \qquad o = \tilde{o}_S / \ell_S.$$
 #
 # Nothing forces one score at a time. A **block** of keys $K_b$ gives a
-# block of scores $s_b = q K_b^\top / \sqrt{D}$ at once; the block's largest
+# block of scores $z_b = q K_b^\top / \sqrt{D}$ at once; the block's largest
 # score updates the maximum, and the block's exponentials are summed (for
-# $\ell$) and multiplied into its values (for $\tilde o$):
+# $\ell$) and multiplied into its values (for $\tilde{o}$):
 #
 # $$\begin{aligned}
-# m' &= \max\bigl(m, \max s_b\bigr), \\
-# \ell' &= e^{m - m'} \ell + \textstyle\sum e^{s_b - m'}, \\
-# \tilde o' &= e^{m - m'} \tilde o + e^{s_b - m'} V_b .
+# m' &= \max\bigl(m, \max z_b\bigr), \\
+# \ell' &= e^{m - m'} \ell + \textstyle\sum e^{z_b - m'}, \\
+# \tilde{o}' &= e^{m - m'} \tilde{o} + e^{z_b - m'} V_b .
 # \end{aligned}$$
 #
 # One query of size $D = 16$ against $S = 53$ keys in blocks of 8 (the last
@@ -221,10 +221,10 @@ m = torch.tensor(float("-inf"))
 ell = torch.tensor(0.0)
 acc = torch.zeros(D)  # unnormalised output, o-tilde
 for j0 in range(0, S, block):
-    s_b = K[j0 : j0 + block] @ q1 / math.sqrt(D)  # (block,) scores
-    m_new = torch.maximum(m, s_b.max())
+    z_b = K[j0 : j0 + block] @ q1 / math.sqrt(D)  # (block,) scores
+    m_new = torch.maximum(m, z_b.max())
     rescale = torch.exp(m - m_new)
-    e_b = torch.exp(s_b - m_new)  # (block,)
+    e_b = torch.exp(z_b - m_new)  # (block,)
     ell = rescale * ell + e_b.sum()
     acc = rescale * acc + e_b @ V[j0 : j0 + block]  # (D,)
     m = m_new
@@ -241,7 +241,7 @@ torch.testing.assert_close(streamed, dense)
 #
 # Now do this for many queries at once. Cut the queries into blocks of
 # `block_q` rows as well: each query block keeps its own $m$, $\ell$ and
-# $\tilde o$ (one row each per query) and sweeps over the key blocks. The
+# $\tilde{O}$ (one row each per query) and sweeps over the key blocks. The
 # largest thing alive is one `block_q` $\times$ `block_k` tile of scores.
 # This is the loop order of FlashAttention-2: query blocks outside, key
 # blocks inside, so a query block's running state never leaves the loop.
@@ -273,17 +273,17 @@ def tiled_attention(
         last = min(i1, S) if is_causal else S  # causal: later keys skipped
         for j0 in range(0, last, block_k):
             j1 = min(j0 + block_k, S)
-            s = q_i @ k[..., j0:j1, :].transpose(-2, -1)  # (..., bq, bk)
+            z = q_i @ k[..., j0:j1, :].transpose(-2, -1)  # (..., bq, bk)
             masked = is_causal and j1 - 1 > i0  # tile crosses the diagonal
             if masked:
                 future = (
                     torch.arange(j0, j1) > torch.arange(i0, i1)[:, None]
                 )
-                s = s.masked_fill(future, float("-inf"))
+                z = z.masked_fill(future, float("-inf"))
             if visited is not None:
                 visited.append((i0, j0, masked))
-            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
-            e = torch.exp(s - m_new)  # (..., bq, bk)
+            m_new = torch.maximum(m, z.amax(dim=-1, keepdim=True))
+            e = torch.exp(z - m_new)  # (..., bq, bk)
             rescale = torch.exp(m - m_new)  # (..., bq, 1)
             ell = rescale * ell + e.sum(dim=-1, keepdim=True)
             acc = rescale * acc + e @ v[..., j0:j1, :]  # (..., bq, Dv)
@@ -611,8 +611,9 @@ _ = ax.legend(fontsize=8)
 # The package's `flash_attention` and PyTorch's kernel save the same few
 # bytes (their lines coincide, asserted to within 10%): only the output $O$
 # and the **log-sum-exp** of each row,
-# $\operatorname{lse}_i = m_i + \log \ell_i$: one number per query. That number is enough to rebuild any tile of $P$
-# exactly, $P_{ij} = e^{s_{ij} - \operatorname{lse}_i}$, so the backward
+# $\operatorname{lse}_i = m_i + \log \ell_i$: one number per query. That
+# number is enough to rebuild any tile of $P$ exactly,
+# $p_{ij} = e^{z_{ij} - \operatorname{lse}_i}$, so the backward
 # pass of its custom `torch.autograd.Function` recomputes each tile's
 # probabilities, uses them for the tile's share of $dQ$, $dK$ and $dV$, and
 # drops them. It does more arithmetic (the scores are computed twice) for
@@ -663,7 +664,7 @@ for is_causal in (False, True):
 #   $\ell$; when the maximum moves, the old sum is multiplied by
 #   $e^{m_{\text{old}} - m_{\text{new}}}$. One pass gives what three passes
 #   give, and $m + \log \ell$ is the row's log-sum-exp.
-# - The unnormalised output $\tilde o$ is rescaled by the same factor, so a
+# - The unnormalised output $\tilde{o}$ is rescaled by the same factor, so a
 #   query's output can be accumulated over blocks of keys and divided by
 #   $\ell$ at the end. This is **exact** attention, not an approximation
 #   (asserted against PyTorch for odd lengths, $L \ne S$ and causal).
@@ -679,7 +680,7 @@ for is_causal in (False, True):
 #
 # ## Exercises
 #
-# 1. In section 3, drop the rescaling (`ell = ell + torch.exp(s - m_new)`).
+# 1. In section 3, drop the rescaling (`ell = ell + torch.exp(z - m_new)`).
 #    Which assertion fails, and is $\ell$ too large or too small? *Hint:*
 #    each old term was computed against a smaller maximum.
 # 2. Call `tiled_attention` with `block_q=L, block_k=S`, and then with

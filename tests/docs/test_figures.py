@@ -216,7 +216,7 @@ def test_unicode_dollars_and_log_ticks_pass_the_mathtext_check() -> None:
     ax = fig.subplots()
     ax.loglog([1, 1e4], [2**-4, 2**6], label="costs \\$5 and $6")  # not mathtext
     ax.set_yscale("log", base=2)  # tick labels "$\mathdefault{2^{-4}}$" ...
-    ax.set(title="scale 1/√D", xlabel="‖∂ℓ/∂z‖", ylabel="running sum ℓₜ")
+    ax.set(title="scale 1/√D", xlabel="‖∂ℒ/∂z‖", ylabel="running sum ℓₜ")
     ax.legend()
     svg = site_figures.render_svg(fig)
     assert "1/√D" in svg and "ℓₜ" in svg

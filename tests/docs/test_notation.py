@@ -1,0 +1,443 @@
+"""One notation, enforced: the symbols the notation page retired stay out of the math.
+
+``docs/concepts/notation.md`` holds the site's one table of symbols ("One symbol per
+meaning"). This lint reads the mathematics of every Markdown page under ``docs/``, of
+the tutorials' Markdown cells and of the package's docstrings (they render on the API
+pages), and flags every use of a retired symbol with its file, line and text. Code is
+not read: a fenced block, inline code or a tutorial's code cell may call a variable
+``s`` or ``ell``. Figure labels are code that readers see, so one rule (the loss
+written as "∂ℓ") reads every line.
+
+Each rule is narrow enough to have no false positive on today's pages; the synthetic
+test below feeds every rule the retired use it exists for, so no rule can silently
+match nothing, and checks that code and allowed uses are left alone.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from _codeblocks import OPENING
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+PAGES = sorted(p for p in DOCS.rglob("*.md") if "assets" not in p.relative_to(DOCS).parts)
+TUTORIALS = sorted((DOCS / "tutorials").glob("[0-9][0-9]_*.py"))
+MODULES = sorted((ROOT / "attention").glob("*.py"))
+
+NOTATION = "docs/concepts/notation.md"
+SYMBOL_TABLE = "## One symbol per meaning"  # its last column names the retired symbols
+# Pages that quote or map the paper's own letters may write d_k.
+PAPER_MAPPING = {NOTATION, "docs/concepts/why-scale.md"}
+PAPER_MAPPING |= {"attention/numpy_reference.py"}  # W_i^Q in R^{d_model x d_k}
+# Where the encoder width of cross-attention is written: E_ctx, never C.
+CROSS_ATTENTION = {"docs/tutorials/06_cross_attention.py", "docs/concepts/self-cross-causal.md"}
+
+# A letter standing alone: not part of a word and not a TeX command (\ell, \sum, ...).
+ALONE = r"(?<![\\A-Za-z])"
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    pattern: re.Pattern[str]
+    fix: str
+    only: frozenset[str] | None = None  # files (relative to the root) it applies to
+    unless: frozenset[str] = frozenset()  # files where the use is allowed
+    # "math": inside the formulas; "prose": the running text, formulas with their
+    # delimiters; "everywhere": every line, code and figure labels included.
+    scope: str = "math"
+
+    def applies_to(self, where: str) -> bool:
+        return (self.only is None or where in self.only) and where not in self.unless
+
+
+def rule(name: str, pattern: str, fix: str, **kwargs: object) -> Rule:
+    return Rule(name, re.compile(pattern), fix, **kwargs)  # type: ignore[arg-type]
+
+
+RULES = [
+    # -- scores: Z, z_ij ---------------------------------------------------------------
+    rule(
+        "scores written s",
+        ALONE + r"s_(?:\{?[jbt]\b|\{i\s*j\})|e\^\{s\s*-",
+        "scores are z_j, z_ij, z_b (s_{i-1} stays Bahdanau's decoder state)",
+    ),
+    rule("scores written S", ALONE + r"(?:S_\{i\s*j\}|S\s*=\s*Q\s*K\^)", "scores are Z, z_ij"),
+    # -- the scale: \text{scale} -----------------------------------------------------
+    rule(
+        "scale written s",
+        ALONE + r"s\s*(?:\\[,;:! ]\s*|\\cdot\s*)?(?:Q\s*K\^|q_i\s*\\cdot|dZ)",
+        r"write \text{scale} (PyTorch's argument)",
+    ),
+    rule(
+        "scale written s (prose)",
+        r"scale\s+\\\(s\\\)",
+        r"write \(\text{scale}\)",
+        scope="prose",
+    ),
+    # -- weights P, p_ij; permutation Pi -------------------------------------------------
+    rule("weight entries written P_ij", ALONE + r"P_\{i\s*(?:j|\\cdot)\}", "entries are p_ij"),
+    rule(
+        "permutation written P",
+        r"(?:\\operatorname\{\w*Attn\w*\}|\\operatorname\{SelfAttention\})\s*\(\s*P\s*X"
+        r"|" + ALONE + r"P\s*\^\\top\s*P\s*=\s*I|softmax\}\(P\s*Z\s*P",
+        r"a permutation is \Pi",
+    ),
+    # -- the loss: \mathcal{L}; ell only for the running denominator -------------------------
+    rule("loss written ell", r"\\partial\s*\\ell", r"the loss is \mathcal{L}"),
+    rule(
+        "loss written ell (prose)",
+        r"loss\s+\\\(\\ell\\\)",
+        r"the loss is \(\mathcal{L}\)",
+        scope="prose",
+    ),
+    rule("loss written ℓ", r"∂ℓ", "the loss is ℒ", scope="everywhere"),
+    # -- online softmax: m, ell, \tilde{o} / \tilde{O} -------------------------------------
+    rule(r"\tilde without braces", r"\\tilde\s+[oO]\b", r"write \tilde{o} or \tilde{O}"),
+    rule(
+        "accumulator written a or o",
+        r"e\^\{m\s*-\s*m'\}\s*(?:\\,\s*)?[ao]\b"
+        + (r"|" + ALONE + r"[ao]'\s*&?=")
+        + (r"|" + ALONE + r"[ao]\s*/\s*\\ell\b"),
+        r"the accumulator is \tilde{o} (\tilde{O} for a block), the output o = \tilde{o} / \ell",
+    ),
+    rule(
+        "summation index m",
+        r"\\sum_\{?m\b(?![_'])",
+        "m is the running maximum: sum over j'",
+    ),
+    rule(r"\operatorname{LSE}", r"\\operatorname\{LSE\}", r"write \operatorname{lse}"),
+    # -- lengths and counts ---------------------------------------------------------------
+    rule("sequence length written N", ALONE + r"N(?:\^2|\s*\\times\s*D)", "the length is n"),
+    rule(
+        "layer count written n, ell or k",
+        r"\\\((?:n|\\ell|k)\\\)\s+(?:stacked\s+)?layers",
+        r"the number of layers is N_{\text{layers}}",
+        scope="prose",
+    ),
+    rule(
+        r"layer count written \text{layers}",
+        r"(?<!N_\{)\\text\{layers\}",
+        r"the number of layers is N_{\text{layers}}",
+    ),
+    # -- entropy: \mathcal{H}; H is the number of heads -----------------------------------
+    rule(
+        "entropy written H",
+        ALONE + r"H\s*\(\s*(?:p\b|\\cdot)|" + ALONE + r"H_i\b|"
+        r"(?<![\\A-Za-z_{])H\s*(?:=|\\approx)\s*-?\s*(?:\\log|\\sum)",
+        r"entropy is \mathcal{H}",
+    ),
+    # -- head size D; the paper's d_k only where the paper is mapped ------------------------
+    rule(
+        "head size written d_k",
+        r"(?<![A-Za-z\\])d_(?:k\b|\{k\})",
+        "the head size is D",
+        unless=frozenset(PAPER_MAPPING),
+    ),
+    rule("title written √d_k", r"√d_k", "the page is 'Why scale by √D'", scope="everywhere"),
+    # -- cross-attention: E_ctx; the encoder output is not Z -------------------------------
+    rule(
+        "encoder width written C",
+        r"(?<![\\A-Za-z_{])C(?![A-Za-z])",
+        r"the encoder width is E_{\text{ctx}}",
+        only=frozenset(CROSS_ATTENTION),
+    ),
+    rule(r"E_{ctx} without \text", r"E_\{ctx\}", r"write E_{\text{ctx}}"),
+    rule(
+        "encoder output written Z",
+        r"\(Y,\s*Z\)|" + ALONE + r"Z\s*\\in\s*\\mathbb\{R\}\^\{S",
+        "Z is the scores: the encoder output is X (X_kv)",
+    ),
+    # -- dropout and linear attention ----------------------------------------------------
+    rule("dropout probability written p", r"1\s*/\s*\(1\s*-\s*p\)", r"write p_{\text{drop}}"),
+    rule(
+        "feature count written M",
+        r"n\s*(?:\\,\s*)?M\s*(?:\\,\s*)?D_v|M\s*\\times\s*D_v|" + ALONE + r"M\s*=\s*D(?:_v)?\b",
+        r"linear attention's feature count is D_\phi (M is the mask)",
+    ),
+]
+
+
+# -- where the math is ---------------------------------------------------------------------
+
+MATH = re.compile(
+    r"\$\$(?P<a>.+?)\$\$|\\\[(?P<b>.+?)\\\]|\\\((?P<c>.+?)\\\)|(?<![\\$])\$(?!\$)(?P<d>[^$]+?)(?<!\\)\$",
+    re.DOTALL,
+)
+INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1")
+
+
+def _blank(match: re.Match[str]) -> str:
+    return re.sub(r"[^\n]", " ", match.group(0))
+
+
+def without_fences(lines: list[str]) -> list[str]:
+    """The lines with every fenced code block blanked (line numbers kept)."""
+    out = list(lines)
+    i = 0
+    while i < len(lines):
+        match = OPENING.match(lines[i])
+        if not match or (match["fence"][0] == "`" and "`" in lines[i][match.end("fence") :]):
+            i += 1
+            continue
+        fence = match["fence"]
+        closing = re.compile(rf"^{re.escape(match['indent'])}{fence[0]}{{{len(fence)},}}\s*$")
+        end = i + 1
+        while end < len(lines) and not closing.match(lines[end]):
+            end += 1
+        for j in range(i, min(end + 1, len(lines))):
+            out[j] = ""
+        i = end + 1
+    return out
+
+
+def prose(markdown: str) -> str:
+    """Markdown without code: fences and inline code blanked, line breaks kept."""
+    text = "\n".join(without_fences(markdown.split("\n")))
+    return INLINE_CODE.sub(_blank, text)
+
+
+def math_segments(text: str, first_line: int = 1) -> Iterator[tuple[int, str]]:
+    """(line of the segment's start, TeX) for every formula in prose ``text``."""
+    for match in MATH.finditer(text):
+        body = next(group for group in match.groups() if group is not None)
+        start = match.start() + match.group(0).index(body)
+        yield first_line + text.count("\n", 0, start), body
+
+
+def markdown_cells(source: str) -> str:
+    """A jupytext percent script's Markdown cells, '# ' removed; other lines empty."""
+    lines = source.split("\n")
+    out = [""] * len(lines)
+    markdown = False
+    for i, line in enumerate(lines):
+        if line.startswith("# %%"):
+            markdown = "[markdown]" in line
+        elif markdown and (line.startswith("# ") or line == "#"):
+            out[i] = line[2:]
+    return "\n".join(out)
+
+
+def docstrings(source: str) -> Iterator[tuple[int, str]]:
+    """(first line, text) of every docstring of a module."""
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, kinds) and node.body:
+            first = node.body[0]
+            constant = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            if constant and isinstance(first.value.value, str):
+                yield first.value.lineno, first.value.value
+
+
+# -- the lint ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Finding:
+    where: str
+    line: int
+    rule: str
+    text: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.where}:{self.line}: {self.rule}: {self.text!r} ({self.fix})"
+
+
+def lint_text(where: str, text: str, first_line: int = 1) -> list[Finding]:
+    """Findings in prose ``text`` (Markdown with its code already removed)."""
+    findings = []
+    rules = [r for r in RULES if r.applies_to(where)]
+    for line, formula in math_segments(text, first_line):
+        for r in (r for r in rules if r.scope == "math"):
+            for match in r.pattern.finditer(formula):
+                at = line + formula.count("\n", 0, match.start())
+                findings.append(Finding(where, at, r.name, match.group(0), r.fix))
+    # Words next to a formula ("the loss \(\ell\)", "\(n\) layers").
+    for r in (r for r in rules if r.scope == "prose"):
+        for match in r.pattern.finditer(text):
+            at = first_line + text.count("\n", 0, match.start())
+            findings.append(Finding(where, at, r.name, match.group(0), r.fix))
+    return findings
+
+
+def lint_every_line(where: str, source: str) -> list[Finding]:
+    """The rules that read code too (figure labels are drawn for the reader)."""
+    findings = []
+    for r in (r for r in RULES if r.scope == "everywhere" and r.applies_to(where)):
+        for number, line in enumerate(source.split("\n"), start=1):
+            for match in r.pattern.finditer(line):
+                findings.append(Finding(where, number, r.name, match.group(0), r.fix))
+    return findings
+
+
+def without_retired_column(source: str) -> str:
+    """The notation page with the last cell of its symbol table blanked: that column
+    lists the retired symbols on purpose."""
+    lines = source.split("\n")
+    if SYMBOL_TABLE not in lines:
+        return source
+    start = lines.index(SYMBOL_TABLE)
+    for i in range(start + 1, len(lines)):
+        if lines[i].startswith("## "):
+            break
+        if lines[i].startswith("|"):
+            cut = lines[i].rstrip().rstrip("|").rindex("|")
+            lines[i] = lines[i][: cut + 1]
+    return "\n".join(lines)
+
+
+def lint_markdown(where: str, source: str) -> list[Finding]:
+    if where == NOTATION:
+        source = without_retired_column(source)
+    return lint_text(where, prose(source)) + lint_every_line(where, source)
+
+
+def lint_tutorial(where: str, source: str) -> list[Finding]:
+    return lint_text(where, prose(markdown_cells(source))) + lint_every_line(where, source)
+
+
+def lint_module(where: str, source: str) -> list[Finding]:
+    findings = []
+    for first_line, text in docstrings(source):
+        findings += lint_text(where, prose(text), first_line)
+    return findings + lint_every_line(where, source)
+
+
+def lint_file(path: Path) -> list[Finding]:
+    where = path.relative_to(ROOT).as_posix()
+    source = path.read_text(encoding="utf-8")
+    if path.suffix == ".md":
+        return lint_markdown(where, source)
+    if path.parent == ROOT / "attention":
+        return lint_module(where, source)
+    return lint_tutorial(where, source)
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    return sorted(set(findings), key=lambda f: (f.where, f.line, f.rule, f.text))
+
+
+# -- the tests -----------------------------------------------------------------------------
+
+
+def test_the_sources_are_found():
+    assert len(PAGES) > 30 and len(TUTORIALS) >= 11 and len(MODULES) >= 10
+    assert ROOT / NOTATION in PAGES
+    assert SYMBOL_TABLE in (ROOT / NOTATION).read_text().split("\n")
+
+
+def test_the_math_is_found():
+    # Guards the extraction: the site has thousands of formulas, in all three places.
+    counts = {
+        "pages": sum(len(list(math_segments(prose(p.read_text())))) for p in PAGES),
+        "tutorials": sum(
+            len(list(math_segments(prose(markdown_cells(t.read_text()))))) for t in TUTORIALS
+        ),
+        "docstrings": sum(
+            len(list(math_segments(prose(text))))
+            for m in MODULES
+            for _, text in docstrings(m.read_text())
+        ),
+    }
+    assert counts["pages"] > 1500 and counts["tutorials"] > 500 and counts["docstrings"] > 200, (
+        counts
+    )
+
+
+def test_no_retired_title_in_the_nav_or_readme():
+    for name in ("mkdocs.yml", "README.md"):
+        findings = lint_every_line(name, (ROOT / name).read_text(encoding="utf-8"))
+        assert not findings, "\n".join(map(str, findings))
+
+
+@pytest.mark.parametrize(
+    "path",
+    PAGES + TUTORIALS + MODULES,
+    ids=[p.relative_to(ROOT).as_posix() for p in PAGES + TUTORIALS + MODULES],
+)
+def test_no_retired_symbol(path: Path) -> None:
+    findings = _dedupe(lint_file(path))
+    assert not findings, "retired symbols (see docs/concepts/notation.md):\n" + "\n".join(
+        map(str, findings)
+    )
+
+
+# Every retired use, one per line, each in the kind of source where it was found.
+SYNTHETIC_PAGE = r"""
+# Why scale by √d_k
+with scores \(s_j = q \cdot k_j\) and \(s_{ij}\), a block \(e^{s_b - m}\)
+the scores \(S_{ij}\), or \(S = Q K^\top\)
+\(Z = s\, Q K^\top\) and \(dQ = s\; dZ\, K\), with scale \(s\)
+\(P_{ij} = e^{z_{ij}}\)
+$$\operatorname{Attn}(PX) = P\,\operatorname{Attn}(X), \qquad P^\top P = I$$
+the gradient \(\partial \ell / \partial V\), of the loss \(\ell\)
+an accumulator \(\tilde o\)
+$$a' = e^{m - m'}\,a + \textstyle\sum_j e^{z_j - m'} v_j, \qquad O = a / \ell$$
+\(\operatorname{softmax}(z)_j = e^{z_j} / \sum_m e^{z_m}\)
+\(\operatorname{LSE} = m + \log \ell\)
+\(4 N^2 D\) values, inputs \(N \times D\)
+after \(n\) layers, \(\ell\) stacked layers
+a cache of \(2 \cdot \text{layers} \cdot S\) values
+the entropy \(H(p) = -\sum_j p_j \log p_j\), \(H_i\), \(H \approx \log S\)
+the paper's \(1/\sqrt{d_k}\)
+the width \(E_{ctx}\)
+$$\operatorname{CrossAttention}(Y, Z), \qquad Z \in \mathbb{R}^{S \times E}$$
+scaled by \(1/(1-p)\)
+linear attention: \(O(n M D_v)\), an \(M \times D_v\) state, \(M = D\)
+"""
+SYNTHETIC_CROSS = r"""
+with \(Z \in \mathbb{R}^{S \times C}\), width \(C = 8\)
+"""
+SYNTHETIC_LABEL = 'ax.set_ylabel("median ‖∂ℓ/∂z‖")\n'
+
+# Allowed: code, the running denominator, Bahdanau's decoder state, the l2 norm, braces.
+SYNTHETIC_CLEAN = r"""
+```python
+s = q @ k.T  # s_j, S_{ij}, \partial \ell, H(p), d_k: code may say anything
+```
+`s_j` in inline code, and \(\ell = \sum_j e^{z_j - m}\), \(\ell_2\)-normalised,
+\(\tilde{o}' = e^{m - m'}\,\tilde{o} + e^{z_j - m'} v_j\), \(o = \tilde{o} / \ell\),
+\(\partial \mathcal{L} / \partial V\), \(\mathcal{H}(p)\), \(H_{kv} = H\), \(n^2 D\),
+\(W s_{i-1} + U h_j\), \(\Pi X\), \(p_{ij}\), \(E_{\text{ctx}}\), \(N_{\text{layers}}\),
+\(1/(1 - p_{\text{drop}})\), \(D_\phi \times D_v\), \(Z = Q K^\top \cdot \text{scale}\)
+"""
+
+
+def test_every_rule_flags_its_retired_use():
+    findings = lint_markdown("docs/synthetic.md", SYNTHETIC_PAGE)
+    findings += lint_tutorial(
+        "docs/tutorials/06_cross_attention.py",
+        "# %% [markdown]\n" + "\n".join(f"# {line}" for line in SYNTHETIC_CROSS.split("\n")),
+    )
+    findings += lint_tutorial("docs/tutorials/99_synthetic.py", "# %%\n" + SYNTHETIC_LABEL)
+    flagged = {f.rule for f in findings}
+    missing = [r.name for r in RULES if r.name not in flagged]
+    assert not missing, f"rules that flag nothing in their own example: {missing}"
+    # Findings carry the file, the line and the offending text: s_j is on line 3.
+    s_j = next(f for f in findings if f.text == "s_j")
+    assert str(s_j).startswith("docs/synthetic.md:3: scores written s: 's_j'")
+
+
+def test_code_and_allowed_uses_are_not_flagged():
+    assert lint_markdown("docs/synthetic.md", SYNTHETIC_CLEAN) == []
+    # d_k is allowed where the paper is mapped, C outside cross-attention pages.
+    assert lint_markdown("docs/concepts/notation.md", r"the paper's \(d_k\)") == []
+    assert lint_markdown("docs/concepts/variants.md", r"chunks of \(C\) rows") == []
+    # A tutorial's code cells are code; its Markdown cells are prose.
+    tutorial = "# %%\nH = 2  # H(p) = entropy? no: heads\n# %% [markdown]\n# \\(H(p)\\)\n"
+    assert [(f.line, f.rule) for f in lint_tutorial("docs/tutorials/99_x.py", tutorial)] == [
+        (4, "entropy written H")
+    ]
+
+
+def test_docstring_lines_are_the_file_lines():
+    source = 'def f():\n    r"""Sum.\n\n    $$H(p) = 0$$\n    """\n'
+    [finding] = lint_module("attention/x.py", source)
+    assert (finding.line, finding.text) == (4, "H(p")
