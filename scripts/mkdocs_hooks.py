@@ -21,6 +21,7 @@ import posixpath
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +111,14 @@ def on_page_markdown(markdown: str, page: Any, files: Files, **kwargs: Any) -> s
         sys.path.insert(0, SCRIPTS)
     if isinstance(page.file, TutorialFile):
         markdown = _source_links(markdown, page.file, files)
+    _render_started[page.file.src_uri] = time.perf_counter()
     return markdown
+
+
+# When each page's Markdown began to render: the blocks markdown-exec runs are most of
+# a cold build after the tutorials, and the log says which pages they cost.
+_render_started: dict[str, float] = {}
+SLOW_PAGE_SECONDS = 2.0
 
 
 # A relative link written for the page's URL, as a notebook must write it ("../../x/").
@@ -192,6 +200,9 @@ def _figure_file(match: re.Match[str], page_url: str, site: Path) -> str:
 @event_priority(100)
 def on_page_content(html: str, page: Any, config: Any, **kwargs: Any) -> str:
     """Move every inline figure into its own file (see the module docstring)."""
+    started = _render_started.pop(page.file.src_uri, None)
+    if started is not None and (seconds := time.perf_counter() - started) > SLOW_PAGE_SECONDS:
+        log.info("  %s rendered in %.1f s (its code runs at build)", page.file.src_uri, seconds)
     if "data:image/svg+xml;base64," not in html:
         return html
     site = Path(config["site_dir"])
