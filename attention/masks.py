@@ -92,8 +92,8 @@ def causal_mask(
         tensor([[1, 0, 0, 0, 0],
                 [1, 1, 0, 0, 0]], dtype=torch.int32)
     """
-    distance = query_key_distance(L, S, alignment, device)  # (L, S)
-    return distance >= 0
+    query_positions, key_positions = query_key_positions(L, S, alignment, device)
+    return key_positions <= query_positions  # (L, S): p_i - j >= 0
 
 
 def sliding_window_mask(
@@ -147,10 +147,12 @@ def sliding_window_mask(
     """
     window = check_size("window", window, minimum=1)
     check_flag("causal", causal)
-    distance = query_key_distance(L, S, alignment, device)  # (L, S)
+    query_positions, key_positions = query_key_positions(L, S, alignment, device)
+    # p_i - w < j: the key is fewer than w positions back (L, S)
+    recent = key_positions > query_positions - window
     if causal:
-        return (distance >= 0) & (distance < window)
-    return distance.abs() < window
+        return recent & (key_positions <= query_positions)  # 0 <= p_i - j < w
+    return recent & (key_positions < query_positions + window)  # |p_i - j| < w
 
 
 def block_sparse_mask(
@@ -434,13 +436,15 @@ def _broadcast_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
     return tuple(result)
 
 
-def query_key_distance(
+def query_key_positions(
     L: int, S: int | None, alignment: str, device: torch.device | str | None
-) -> Tensor:
-    """``(L, S)`` integer distances $p_i - j$ from each query's position back to each key.
+) -> tuple[Tensor, Tensor]:
+    """Positions $p_i$ of the queries, shape ``(L, 1)``, and $j$ of the keys, ``(S,)``.
 
     Package-internal (not in ``__all__``): shared by the masks and ALiBi so that both
-    place queries the same way for each ``alignment``.
+    place queries the same way for each ``alignment``. The masks compare the two
+    directly, so that only boolean ``(L, S)`` tensors are ever made (one byte a pair,
+    not the eight of an integer distance matrix).
     """
     S = L if S is None else S
     L = check_size("L", L)
@@ -453,4 +457,16 @@ def query_key_distance(
         raise ValueError(f"alignment must be 'top_left' or 'bottom_right'; got {alignment!r}")
     query_positions = torch.arange(L, device=device).unsqueeze(-1) + offset  # (L, 1)
     key_positions = torch.arange(S, device=device)  # (S,)
+    return query_positions, key_positions
+
+
+def query_key_distance(
+    L: int, S: int | None, alignment: str, device: torch.device | str | None
+) -> Tensor:
+    """``(L, S)`` integer distances $p_i - j$ from each query's position back to each key.
+
+    Package-internal, for ALiBi's bias and the block layouts, which need the distances
+    themselves.
+    """
+    query_positions, key_positions = query_key_positions(L, S, alignment, device)
     return query_positions - key_positions  # (L, S)
