@@ -199,7 +199,8 @@ def _figure_file(match: re.Match[str], page_url: str, site: Path) -> str:
 # HTML in this same event and must see files, not megabytes of data: URIs.
 @event_priority(100)
 def on_page_content(html: str, page: Any, config: Any, **kwargs: Any) -> str:
-    """Move every inline figure into its own file (see the module docstring)."""
+    """Move every inline figure into its own file (see the module docstring), and log
+    the pages whose Markdown took long to render (their executed code)."""
     started = _render_started.pop(page.file.src_uri, None)
     if started is not None and (seconds := time.perf_counter() - started) > SLOW_PAGE_SECONDS:
         log.info("  %s rendered in %.1f s (its code runs at build)", page.file.src_uri, seconds)
