@@ -38,6 +38,8 @@ every gradient it touches stays finite.
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +47,20 @@ import torch
 from torch import Tensor
 
 from attention.functional import working_dtype
+
+# On a CPU, PyTorch's vectorised float32 exp falls back to a scalar loop for any
+# argument below about -87 (where e^x leaves the normal float range), and a masked
+# pair's -inf is such an argument: a block with masked pairs took 15-25 times longer to
+# exponentiate than one without. Arguments are clamped to _EXP_FLOOR first, and every
+# result at or below e^_EXP_ZERO (all clamped ones) is then set to exactly 0. Only
+# terms under e^-79 ~ 5e-35 of the row maximum's are changed, by less than themselves.
+_EXP_FLOOR = -80.0
+_EXP_ZERO = math.exp(-79.0)
+
+
+def _exp_(shifted: Tensor) -> Tensor:
+    """``exp`` in place, exactly 0 for ``-inf`` and for anything below ``e^-79``."""
+    return torch.threshold_(shifted.clamp_min_(_EXP_FLOOR).exp_(), _EXP_ZERO, 0.0)
 
 
 @dataclass(frozen=True)
@@ -66,13 +82,17 @@ class Band:
         hi = S if self.low is None else min(S, i1 - 1 + self.offset - self.low + 1)
         return lo, hi
 
-    def block_mask(self, i0: int, i1: int, j0: int, j1: int, device: torch.device) -> Tensor | None:
-        """Bool ``(i1 - i0, j1 - j0)``, True inside the band; ``None`` if all of it is."""
+    def masks_some(self, i0: int, i1: int, j0: int, j1: int) -> bool:
+        """Whether any pair of queries ``i0 .. i1 - 1`` and keys ``j0 .. j1 - 1`` is outside."""
         nearest = i0 + self.offset - (j1 - 1)  # smallest distance in the block
         farthest = i1 - 1 + self.offset - j0  # largest
-        if (self.low is None or nearest >= self.low) and (
-            self.high is None or farthest <= self.high
-        ):
+        return (self.low is not None and nearest < self.low) or (
+            self.high is not None and farthest > self.high
+        )
+
+    def block_mask(self, i0: int, i1: int, j0: int, j1: int, device: torch.device) -> Tensor | None:
+        """Bool ``(i1 - i0, j1 - j0)``, True inside the band; ``None`` if all of it is."""
+        if not self.masks_some(i0, i1, j0, j1):
             return None  # no pair to mask: skip the work
         rows = torch.arange(i0, i1, device=device).unsqueeze(-1) + self.offset  # (bq, 1)
         distance = rows - torch.arange(j0, j1, device=device)  # (bq, bk)
@@ -82,6 +102,39 @@ class Band:
         if self.high is not None:
             inside &= distance <= self.high
         return inside
+
+    def block_bias(
+        self, i0: int, i1: int, j0: int, j1: int, dtype: torch.dtype, device: torch.device
+    ) -> Tensor | None:
+        """``block_mask`` as an additive ``0``/``-inf`` mask; ``None`` if nothing is masked.
+
+        A block's mask depends only on its size and its first distance
+        ``i0 + offset - j0``, and a tiled loop meets the same few again and again, so
+        each is built once and kept (never written to: callers add it, out of place
+        or into their own scores).
+        """
+        if not self.masks_some(i0, i1, j0, j1):
+            return None
+        return _band_bias(
+            self.low, self.high, i0 + self.offset - j0, i1 - i0, j1 - j0, dtype, device
+        )
+
+
+@functools.lru_cache(maxsize=64)
+def _band_bias(
+    low: int | None,
+    high: int | None,
+    first: int,
+    rows: int,
+    cols: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> Tensor:
+    """``(rows, cols)``: 0 where ``first + r - c`` lies in ``[low, high]``, else ``-inf``."""
+    inside = Band(low, high).block_mask(first, first + rows, 0, cols, device)
+    assert inside is not None  # the caller checked that something is masked
+    bias = torch.zeros(rows, cols, dtype=dtype, device=device)
+    return bias.masked_fill_(~inside, float("-inf"))
 
 
 @dataclass(frozen=True)
@@ -351,9 +404,9 @@ def _block_scores(
         else:
             scores = scores + block
     if band is not None:
-        inside = band.block_mask(i0, i1, j0, j1, scores.device)
-        if inside is not None:
-            scores.masked_fill_(~inside, float("-inf"))
+        bias = band.block_bias(i0, i1, j0, j1, scores.dtype, scores.device)
+        if bias is not None:
+            scores.add_(bias)  # one vectorised pass, where masked_fill_ branches per pair
     return scores
 
 
@@ -390,7 +443,7 @@ def _forward(
             # A row masked so far has max -inf, and -inf - (-inf) is NaN: shift it by 0
             # instead, which gives exp(-inf) = 0 for every one of its entries.
             shift = new_max.masked_fill(torch.isneginf(new_max), 0.0)
-            p = scores.sub_(shift).exp_()  # (..., bq, bk), in place: one block less memory
+            p = _exp_(scores.sub_(shift))  # (..., bq, bk), in place: one block less memory
             rescale = torch.exp(row_max - shift)  # (..., bq, 1): old terms to the new max
             # In place: a new tensor per tile for each would be ~5 % of the forward time.
             row_sum.mul_(rescale).add_(p.sum(dim=-1, keepdim=True))
@@ -433,7 +486,7 @@ def _backward(
         grad_q_i = torch.zeros_like(q_i)
         for j0, j1 in key_blocks:
             scores = _block_scores(q_i, key, mask, schedule.band, i0, i1, j0, j1)
-            p = scores.sub_(lse_i).exp_()  # the block's probabilities, recomputed
+            p = _exp_(scores.sub_(lse_i))  # the block's probabilities, recomputed
             # Summed to each input's own shape where it broadcast (shared heads, GQA).
             grad_v_j = grad_v[..., j0:j1, :]  # (..., bk, Dv)
             grad_v_j += (p.transpose(-2, -1) @ do_i).sum_to_size(grad_v_j.shape)

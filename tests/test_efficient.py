@@ -218,6 +218,41 @@ def test_flash_error_is_at_most_twice_the_naive_error():
         assert tiled_error <= 2 * naive_error, (is_causal, tiled_error, naive_error)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_peaked_scores_far_below_the_exp_floor_stay_exact(dtype):
+    """The loop clamps exp's argument at -80 and zeroes what falls under e^-79 (PyTorch's
+    CPU exp is 15-25x slower below about -87). Scores spread over thousands, so most
+    terms sit far under the floor, must still give dense attention's output and
+    gradients: the terms changed are below 5e-35 of the row's largest."""
+    q, k, v = make_qkv(1, 2, L=267, S=514, dtype=dtype)
+    q = q * 40  # score gaps of hundreds to thousands
+    for kwargs in ({}, {"is_causal": True}):
+        gaps = (q.double() @ k.double().transpose(-2, -1)) / D**0.5
+        assert (gaps - gaps.amax(-1, keepdim=True) < -80).float().mean() > 0.5
+        window = sliding_window_mask(267, 514, window=50)
+        for ours, mask in (
+            (flash_attention(q, k, v, **kwargs, block_q=64, block_k=100), None),
+            (sliding_window_attention(q, k, v, window=50, block_size=64), window),
+        ):
+            args = (mask,) if mask is not None else ()
+            kw = kwargs if mask is None else {}
+            exact = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), *args, **kw)
+            error = (ours.double() - exact).abs().max()
+            if dtype == torch.float64:
+                assert error < 1e-10, error
+            else:  # scores in the hundreds carry float32 rounding of ~1e-5 each
+                naive = F.scaled_dot_product_attention(q, k, v, *args, **kw)
+                assert error <= 2 * (naive.double() - exact).abs().max(), error
+    if dtype == torch.float64:
+        assert_grads_close(
+            lambda q, k, v: flash_attention(q, k, v, is_causal=True, block_q=64, block_k=100),
+            lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+            q,
+            k,
+            v,
+        )
+
+
 # --- flash_attention: gradients -------------------------------------------------------
 
 
