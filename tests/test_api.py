@@ -19,9 +19,10 @@ PUBLIC_MODULES = [
     for m in pkgutil.iter_modules(attention.__path__)
     if not m.name.startswith("_")
 ]
-# Modules used through their own namespace because their names would collide with the
-# top level (the NumPy reference has its own scaled_dot_product_attention).
-NAMESPACED = {"attention.numpy_reference"}
+# Modules used through their own namespace: the NumPy reference, whose names would
+# collide with the top level (it has its own scaled_dot_product_attention), and the
+# pages' worked examples, which are teaching data, not the mechanism.
+NAMESPACED = {"attention.numpy_reference", "attention.examples"}
 EXPORTED_MODULES = [m for m in PUBLIC_MODULES if m.__name__ not in NAMESPACED]
 PUBLIC_OBJECTS = {
     f"{module.__name__}.{name}": getattr(module, name)
