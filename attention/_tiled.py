@@ -38,7 +38,6 @@ every gradient it touches stays finite.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -104,37 +103,30 @@ class Band:
         return inside
 
     def block_bias(
-        self, i0: int, i1: int, j0: int, j1: int, dtype: torch.dtype, device: torch.device
+        self,
+        i0: int,
+        i1: int,
+        j0: int,
+        j1: int,
+        like: Tensor,
+        cache: dict[tuple[int, int, int], Tensor],
     ) -> Tensor | None:
         """``block_mask`` as an additive ``0``/``-inf`` mask; ``None`` if nothing is masked.
 
         A block's mask depends only on its size and its first distance
-        ``i0 + offset - j0``, and a tiled loop meets the same few again and again, so
-        each is built once and kept (never written to: callers add it, out of place
-        or into their own scores).
+        ``i0 + offset - j0``, and a tiled loop meets the same few again and again: each
+        is built once per call, with ``like``'s dtype and device, and kept in ``cache``
+        (read-only from then on: callers add it to their own scores).
         """
         if not self.masks_some(i0, i1, j0, j1):
             return None
-        return _band_bias(
-            self.low, self.high, i0 + self.offset - j0, i1 - i0, j1 - j0, dtype, device
-        )
-
-
-@functools.lru_cache(maxsize=64)
-def _band_bias(
-    low: int | None,
-    high: int | None,
-    first: int,
-    rows: int,
-    cols: int,
-    dtype: torch.dtype,
-    device: torch.device,
-) -> Tensor:
-    """``(rows, cols)``: 0 where ``first + r - c`` lies in ``[low, high]``, else ``-inf``."""
-    inside = Band(low, high).block_mask(first, first + rows, 0, cols, device)
-    assert inside is not None  # the caller checked that something is masked
-    bias = torch.zeros(rows, cols, dtype=dtype, device=device)
-    return bias.masked_fill_(~inside, float("-inf"))
+        key = (i0 + self.offset - j0, i1 - i0, j1 - j0)
+        if key not in cache:
+            inside = self.block_mask(i0, i1, j0, j1, like.device)
+            assert inside is not None  # masks_some said so
+            zeros = torch.zeros(inside.shape, dtype=like.dtype, device=like.device)
+            cache[key] = zeros.masked_fill_(~inside, float("-inf"))
+        return cache[key]
 
 
 @dataclass(frozen=True)
@@ -390,12 +382,16 @@ def _block_scores(
     key: Tensor,
     attn_mask: Tensor | None,
     band: Band | None,
+    biases: dict[tuple[int, int, int], Tensor],
     i0: int,
     i1: int,
     j0: int,
     j1: int,
 ) -> Tensor:
-    """Scaled scores of one block, ``-inf`` where masked: ``(..., i1 - i0, j1 - j0)``."""
+    """Scaled scores of one block, ``-inf`` where masked: ``(..., i1 - i0, j1 - j0)``.
+
+    ``biases`` keeps the band's masks built so far in this call (see `Band.block_bias`).
+    """
     scores = query_block @ key[..., j0:j1, :].transpose(-2, -1)  # (..., bq, bk)
     if attn_mask is not None:
         block = attn_mask[..., i0:i1, j0:j1]  # mask already expanded to (..., L, S)
@@ -404,7 +400,7 @@ def _block_scores(
         else:
             scores = scores + block
     if band is not None:
-        bias = band.block_bias(i0, i1, j0, j1, scores.dtype, scores.device)
+        bias = band.block_bias(i0, i1, j0, j1, scores, biases)
         if bias is not None:
             scores.add_(bias)  # one vectorised pass, where masked_fill_ branches per pair
     return scores
@@ -431,6 +427,7 @@ def _forward(
     mask = _expand_mask(attn_mask, L, schedule.S)
     out = query.new_zeros(*batch, L, Dv)
     lse = query.new_full((*batch, L), float("inf"))  # +inf: "attends to nothing"
+    biases: dict[tuple[int, int, int], Tensor] = {}  # the band's block masks, built once
     for (i0, i1), key_blocks in zip(schedule.query_blocks(), schedule.key_blocks, strict=True):
         # Scaled block by block: a scaled copy of all of Q would be L x D more memory.
         q_i = query[..., i0:i1, :] * scale  # (..., bq, D)
@@ -438,7 +435,7 @@ def _forward(
         row_sum = query.new_zeros(*batch, i1 - i0, 1)  # ℓ
         acc = query.new_zeros(*batch, i1 - i0, Dv)  # õ, unnormalised output
         for j0, j1 in key_blocks:
-            scores = _block_scores(q_i, key, mask, schedule.band, i0, i1, j0, j1)
+            scores = _block_scores(q_i, key, mask, schedule.band, biases, i0, i1, j0, j1)
             new_max = torch.maximum(row_max, scores.amax(dim=-1, keepdim=True))  # (..., bq, 1)
             # A row masked so far has max -inf, and -inf - (-inf) is NaN: shift it by 0
             # instead, which gives exp(-inf) = 0 for every one of its entries.
@@ -479,13 +476,14 @@ def _backward(
         grad_mask_2d = grad_mask.view((1,) * (2 - attn_mask.ndim) + tuple(attn_mask.shape))
     # Σ_j P_ij dP_ij, the softmax Jacobian's correction term, equals rowsum(dO ∘ O).
     delta = (grad_out * out).sum(dim=-1, keepdim=True)  # (..., L, 1)
+    biases: dict[tuple[int, int, int], Tensor] = {}  # the band's block masks, built once
     for (i0, i1), key_blocks in zip(schedule.query_blocks(), schedule.key_blocks, strict=True):
         q_i = query[..., i0:i1, :] * scale  # (..., bq, D), scaled block by block
         do_i = grad_out[..., i0:i1, :]  # (..., bq, Dv)
         lse_i, delta_i = lse[..., i0:i1, None], delta[..., i0:i1, :]  # (..., bq, 1) each
         grad_q_i = torch.zeros_like(q_i)
         for j0, j1 in key_blocks:
-            scores = _block_scores(q_i, key, mask, schedule.band, i0, i1, j0, j1)
+            scores = _block_scores(q_i, key, mask, schedule.band, biases, i0, i1, j0, j1)
             p = _exp_(scores.sub_(lse_i))  # the block's probabilities, recomputed
             # Summed to each input's own shape where it broadcast (shared heads, GQA).
             grad_v_j = grad_v[..., j0:j1, :]  # (..., bk, Dv)

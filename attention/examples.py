@@ -120,7 +120,9 @@ class HandBuiltHeads:
         """
         heads = check_size("num_heads", num_heads, minimum=1)
         if heads not in (1, 2, 4):
-            raise ValueError(f"num_heads must be 4, 2 or 1; got {heads} (heads merge in neighbours)")
+            raise ValueError(
+                f"num_heads must be 4, 2 or 1; got {heads} (heads merge in neighbours)"
+            )
         E = len(self.features)
         if w_o is None:
             w_o = torch.eye(E)
