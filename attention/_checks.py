@@ -8,11 +8,15 @@ what was expected next to what was received, so a user never has to decode a
 from __future__ import annotations
 
 import math
+import sys
 from numbers import Integral, Real
+from typing import TYPE_CHECKING, TypeGuard
 
 import torch
 from torch import Tensor
-from torch.nn.attention.bias import CausalBias, CausalVariant
+
+if TYPE_CHECKING:
+    from torch.nn.attention.bias import CausalBias
 
 
 def shape_str(t: Tensor) -> str:
@@ -92,6 +96,17 @@ def check_probability(name: str, p: object) -> float:
     return float(p)
 
 
+def is_causal_bias(value: object) -> TypeGuard[CausalBias]:
+    """Whether ``value`` is a ``torch.nn.attention.bias.CausalBias``.
+
+    Without importing that module: it imports ``torch._dynamo``, which took 1.1 s of
+    the 3.3 s that ``import attention`` cost (every kernel, script and test process
+    paid it). A caller holding a ``CausalBias`` has imported it already.
+    """
+    module = sys.modules.get("torch.nn.attention.bias")
+    return module is not None and isinstance(value, module.CausalBias)
+
+
 def check_attn_mask(attn_mask: object, scores_shape: torch.Size, query: Tensor) -> Tensor:
     """Require a mask that broadcasts to the scores ``(..., L, S)``.
 
@@ -100,7 +115,7 @@ def check_attn_mask(attn_mask: object, scores_shape: torch.Size, query: Tensor) 
     stands for.
     """
     L, S = scores_shape[-2], scores_shape[-1]
-    if isinstance(attn_mask, CausalBias):
+    if is_causal_bias(attn_mask):
         return causal_bias_mask(attn_mask, L, S, query.device)
     if not isinstance(attn_mask, Tensor):
         # f(q, k, v, True) reads True as the mask: the signature follows PyTorch's, where
@@ -144,6 +159,8 @@ def check_causal_bias(bias: CausalBias, L: int, S: int) -> int:
             "attn_mask (a CausalBias) must be made for the query and key lengths "
             f"(L, S) = ({L}, {S}); got ({bias.seq_len_q}, {bias.seq_len_kv})"
         )
+    from torch.nn.attention.bias import CausalVariant  # imported by whoever made the bias
+
     return S - L if bias.variant == CausalVariant.LOWER_RIGHT else 0
 
 

@@ -48,7 +48,6 @@ from numbers import Real
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.nn.attention.bias import CausalBias
 
 from attention._checks import (
     check_attn_mask,
@@ -59,6 +58,7 @@ from attention._checks import (
     check_scale,
     check_size,
     check_value,
+    is_causal_bias,
     shape_str,
 )
 from attention._tiled import Band, make_schedule, tiled_attention
@@ -152,7 +152,7 @@ def flash_attention(
     is_causal = check_mask_or_causal(attn_mask, is_causal)
     L, S = query.shape[-2], key.shape[-2]
     band = Band(low=0, high=None) if is_causal else None  # causal: distance i - j >= 0
-    if isinstance(attn_mask, CausalBias):  # a causal mask: skip blocks, don't mask them
+    if is_causal_bias(attn_mask):  # a causal mask: skip blocks, don't mask them
         offset = check_causal_bias(attn_mask, L, S)
         band, attn_mask = Band(low=0, high=None, offset=offset), None
     if attn_mask is not None:
