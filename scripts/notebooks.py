@@ -17,6 +17,13 @@ and rendered as an ordinary Markdown page of the site:
 The kernel's matplotlib backend is set here, never inherited: a build run with
 ``MPLBACKEND=Agg`` in its environment (common on CI) used to produce pages without a
 single figure. Executed notebooks (with their outputs) are what readers download.
+
+Each worker keeps one kernel and runs its tutorials in it one after another: starting a
+kernel and importing torch cost ~3 s of CPU, a third of a short tutorial's. Between two
+tutorials the kernel is returned to the state a fresh one has (``kernel_state``: empty
+namespace, torch's start-up random state and defaults, matplotlib's style, warning
+filters, working directory), and execution counts are renumbered from 1, so a page
+and its download are what a fresh kernel gives.
 """
 
 from __future__ import annotations
@@ -29,15 +36,17 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
 import jupytext
 import nbformat
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 from nbformat import NotebookNode
-from traitlets.config import Config
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -72,6 +81,16 @@ _display.formatters[{LIGHT_SVG!r}].for_type(Figure, site_figures.light_for_displ
 _display.formatters[{DARK_SVG!r}].for_type(Figure, site_figures.dark_for_display)
 _display.formatters["image/png"].enabled = False
 del _display, _DarkSVGFormatter, BaseFormatter, ObjectName, Unicode
+import kernel_state
+kernel_state.snapshot()
+"""
+
+# Run before the first cell of every later tutorial in the same kernel (and removed).
+KERNEL_RESET = """
+get_ipython().run_line_magic("reset", "-f")
+import kernel_state
+kernel_state.restore()
+del kernel_state
 """
 
 
@@ -92,54 +111,101 @@ class Executed:
 def cache_key(source: Path) -> str:
     """Hash of everything an executed tutorial depends on: itself, the package, the
     kernel's setup and the figure rendering. A change to any of them re-executes it."""
-    digest = hashlib.sha256(KERNEL_SETUP.encode())
-    inputs = [source.resolve(), HERE / "site_figures.py", *sorted(PACKAGE.rglob("*.py"))]
+    digest = hashlib.sha256((KERNEL_SETUP + KERNEL_RESET).encode())
+    inputs = [
+        source.resolve(),
+        HERE / "site_figures.py",
+        HERE / "kernel_state.py",
+        *sorted(PACKAGE.rglob("*.py")),
+    ]
     for path in inputs:
         digest.update(path.relative_to(ROOT).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:20]
 
 
-def execute(source: Path, cache_dir: Path | None = None, threads: int | None = None) -> Executed:
-    """Execute one tutorial in a fresh kernel; reuse a cached run if one matches.
+class Kernel:
+    """A Jupyter kernel that runs tutorials one after another, reset between them.
 
-    ``threads`` caps the kernel's intra-op threads: kernels running side by side each get
-    their share of the cores instead of all spinning on all of them.
+    Started on first use; ``threads`` caps its intra-op threads, so that kernels running
+    side by side each get their share of the cores instead of all spinning on all.
+    """
+
+    def __init__(self, threads: int | None = None) -> None:
+        self.threads = threads
+        self.manager: KernelManager | None = None
+        self.runs = 0
+        self._sockets = ""
+
+    def start(self, cwd: Path) -> KernelManager:
+        if self.manager is None:
+            # The kernel inherits this environment: pin the backend (module docstring).
+            env = {**os.environ, "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+            if self.threads is not None:
+                env["OMP_NUM_THREADS"] = str(self.threads)
+            # Local sockets in a private folder instead of TCP on localhost: nothing
+            # listens on a port, and ipykernel does not warn about unencrypted TCP.
+            self._sockets = tempfile.mkdtemp(prefix="kernel-")
+            manager = KernelManager(
+                kernel_name="python3", transport="ipc", ip=f"{self._sockets}/kernel"
+            )
+            manager.start_kernel(env=env, cwd=str(cwd))
+            self.manager, self.runs = manager, 0
+        return self.manager
+
+    def shutdown(self) -> None:
+        if self.manager is not None:
+            self.manager.shutdown_kernel(now=True)
+            self.manager = None
+        shutil.rmtree(self._sockets, ignore_errors=True)
+
+
+def execute(
+    source: Path,
+    cache_dir: Path | None = None,
+    threads: int | None = None,
+    kernel: Kernel | None = None,
+) -> Executed:
+    """Execute one tutorial; reuse a cached run if one matches.
+
+    In ``kernel`` if given (it is reset first if it ran a tutorial before), else in a
+    fresh kernel of its own with ``threads`` intra-op threads.
     """
     cached_path = cache_dir / f"{source.stem}-{cache_key(source)}.ipynb" if cache_dir else None
     if cached_path is not None and cached_path.is_file():
         return Executed(source, nbformat.read(cached_path, as_version=4), 0.0, True)
+    if kernel is None:
+        own = Kernel(threads)
+        try:
+            return execute(source, cache_dir, kernel=own)
+        finally:
+            own.shutdown()
 
     notebook = jupytext.read(source)
-    setup = nbformat.v4.new_code_cell(KERNEL_SETUP)
-    notebook.cells.insert(0, setup)
-    # The kernel inherits this environment: pin the backend (see the module docstring)
-    # and keep warnings that the tutorials must not trigger visible as errors.
-    env = {**os.environ, "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
-    if threads is not None:
-        env["OMP_NUM_THREADS"] = str(threads)
-    # Local sockets in a private folder instead of TCP on localhost: nothing listens on
-    # a port, and ipykernel has no reason to warn about unencrypted TCP at every start.
-    sockets = tempfile.mkdtemp(prefix="kernel-")
-    config = Config({"KernelManager": {"transport": "ipc", "ip": f"{sockets}/kernel"}})
+    first = nbformat.v4.new_code_cell(KERNEL_RESET if kernel.runs else KERNEL_SETUP)
+    notebook.cells.insert(0, first)
+    start = time.perf_counter()
+    manager = kernel.start(source.parent)
     client = NotebookClient(
         notebook,
-        config=config,
+        km=manager,
         timeout=TIMEOUT_PER_CELL_S,
-        kernel_name="python3",
         allow_errors=False,
         record_timing=False,
         resources={"metadata": {"path": str(source.parent)}},
     )
-    start = time.perf_counter()
     try:
-        client.execute(env=env)
+        client.execute()
     except Exception as error:  # CellExecutionError carries the traceback
+        kernel.shutdown()  # in an unknown state: the next tutorial gets a new one
         raise TutorialError(f"{source.name} failed to execute:\n{error}") from error
     finally:
-        shutil.rmtree(sockets, ignore_errors=True)
+        if client.kc is not None:
+            client.kc.stop_channels()
+    kernel.runs += 1
     seconds = time.perf_counter() - start
     notebook.cells.pop(0)
+    _number_from_one(notebook)
     if cached_path is not None:
         cached_path.parent.mkdir(parents=True, exist_ok=True)
         for stale in cached_path.parent.glob(f"{source.stem}-*.ipynb"):
@@ -148,17 +214,51 @@ def execute(source: Path, cache_dir: Path | None = None, threads: int | None = N
     return Executed(source, notebook, seconds, False)
 
 
+def _number_from_one(notebook: NotebookNode) -> None:
+    """Execution counts 1, 2, 3 ... as in a fresh kernel (a reused one counts on)."""
+    count = 0
+    for cell in notebook.cells:
+        if cell.cell_type != "code" or cell.get("execution_count") is None:
+            continue
+        count += 1
+        cell.execution_count = count
+        for output in cell.outputs:
+            if output.output_type == "execute_result":
+                output.execution_count = count
+
+
 def start_all(
     sources: list[Path], cache_dir: Path | None = None, workers: int | None = None
 ) -> list[concurrent.futures.Future[Executed]]:
-    """Start executing the tutorials side by side (each kernel is its own process) and
-    return at once: the caller collects each run from its future when it needs it."""
+    """Start executing the tutorials side by side and return at once: the caller
+    collects each run from its future when it needs it.
+
+    ``workers`` threads (default: one per core) each keep one kernel and take the next
+    tutorial from a shared queue, in the order given, until none is left.
+    """
     cores = os.cpu_count() or 1
     workers = workers or min(len(sources), cores) or 1
     threads = max(1, cores // workers)
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
-    futures = [pool.submit(execute, source, cache_dir, threads) for source in sources]
-    pool.shutdown(wait=False)  # the queued runs still run; the pool takes no more
+    futures = [concurrent.futures.Future[Executed]() for _ in sources]
+    queue = deque(zip(sources, futures, strict=True))
+
+    def work() -> None:
+        kernel = Kernel(threads)
+        try:
+            while True:
+                try:
+                    source, future = queue.popleft()  # atomic: no lock needed
+                except IndexError:
+                    return
+                try:
+                    future.set_result(execute(source, cache_dir, kernel=kernel))
+                except BaseException as error:  # reported by future.result()
+                    future.set_exception(error)
+        finally:
+            kernel.shutdown()
+
+    for n in range(workers):
+        threading.Thread(target=work, name=f"tutorials-{n}", daemon=True).start()
     return futures
 
 
