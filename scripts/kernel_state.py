@@ -29,7 +29,6 @@ def snapshot() -> None:
         seed=torch.initial_seed(),  # torch's start-up seed: unseeded draws match a fresh run
         dtype=torch.get_default_dtype(),
         threads=torch.get_num_threads(),
-        interop=torch.get_num_interop_threads(),
         deterministic=torch.are_deterministic_algorithms_enabled(),
         anomaly=torch.is_anomaly_enabled(),
         torch_print=copy.copy(vars(torch._tensor_str.PRINT_OPTS)),
