@@ -30,9 +30,11 @@ from attention.multi_head import (
 )
 from attention.positional import (
     LearnedPositionalEmbedding,
+    RelativePositionBias,
     alibi_bias,
     alibi_slopes,
     apply_rotary,
+    relative_position_buckets,
     sinusoidal_encoding,
 )
 from attention.viz import (
@@ -50,6 +52,7 @@ __all__ = [
     "KVCache",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",
+    "RelativePositionBias",
     "SelfAttention",
     "alibi_bias",
     "alibi_slopes",
@@ -69,6 +72,7 @@ __all__ = [
     "plot_attention_entropy",
     "plot_attention_heads",
     "plot_positional_encoding",
+    "relative_position_buckets",
     "scaled_dot_product_attention",
     "sinusoidal_encoding",
     "sliding_window_attention",

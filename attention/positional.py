@@ -36,6 +36,12 @@ $-m_h \cdot |p_i - j|$ to the score of query $i$ for key $j$: the farther the ke
 smaller the score, with a head-specific slope $m_h$. There are no position vectors at
 all, and models trained on short sequences extrapolate to longer ones.
 
+**T5's relative position bias** (added to the attention scores). Each head learns one
+number per *bucket* of relative positions: exact buckets for the nearest keys,
+logarithmically wider ones farther away, one last bucket for every key beyond
+``max_distance``. Like ALiBi it needs no position vectors and is defined at any length;
+unlike ALiBi its shape is learned.
+
 References:
     - Vaswani et al., "Attention Is All You Need", 2017 (sinusoidal and learned
       encodings). [arXiv:1706.03762](https://arxiv.org/abs/1706.03762)
@@ -44,6 +50,9 @@ References:
     - Press, Smith and Lewis, "Train Short, Test Long: Attention with Linear Biases
       Enables Input Length Extrapolation", 2021.
       [arXiv:2108.12409](https://arxiv.org/abs/2108.12409)
+    - Raffel et al., "Exploring the Limits of Transfer Learning with a Unified
+      Text-to-Text Transformer", 2020 (T5, section 2.1: bucketed relative position
+      bias). [arXiv:1910.10683](https://arxiv.org/abs/1910.10683)
 """
 
 from __future__ import annotations
@@ -66,9 +75,11 @@ from attention.masks import CausalAlignment, query_key_distance
 
 __all__ = [
     "LearnedPositionalEmbedding",
+    "RelativePositionBias",
     "alibi_bias",
     "alibi_slopes",
     "apply_rotary",
+    "relative_position_buckets",
     "sinusoidal_encoding",
 ]
 
@@ -472,6 +483,195 @@ def alibi_bias(
     minus_distance = -distance.abs()  # (L, S)
     bias = slopes[:, None, None] * minus_distance  # (H, 1, 1) * (L, S) -> (H, L, S)
     return bias.to(dtype)
+
+
+def relative_position_buckets(
+    L: int,
+    S: int | None = None,
+    *,
+    num_buckets: int = 32,
+    max_distance: int = 128,
+    bidirectional: bool = True,
+    alignment: CausalAlignment = "top_left",
+    device: torch.device | str | None = None,
+) -> Tensor:
+    r"""T5's bucket of each query-key pair: which learned bias the pair's score gets.
+
+    With $d = p_i - j$ the distance from query $i$ (at position $p_i$) back to key $j$:
+
+    - **bidirectional** (an encoder): half of the buckets are for keys at or before the
+      query ($d \ge 0$), half for keys after it; $n = |d|$.
+    - **causal** (a decoder): every bucket is for keys at or before the query,
+      $n = \max(d, 0)$ (keys after it share bucket 0; a causal mask removes them).
+
+    Of the $B$ buckets on a side, the first $B/2$ hold one distance each,
+    $n = 0, 1, \dots, B/2 - 1$; the rest cover $B/2 \le n <$ ``max_distance`` in
+    logarithmically growing ranges,
+
+    $$
+    \text{bucket}(n) = \frac{B}{2} + \left\lfloor
+    \frac{\log(2n / B)}{\log(2\,\text{max\_distance} / B)} \cdot \frac{B}{2}
+    \right\rfloor,
+    $$
+
+    and every $n \ge$ ``max_distance`` falls in the last bucket, $B - 1$ (with the
+    last stretch of distances below it). That is the formula of the T5 reference
+    code, evaluated as it does, in float32.
+
+    Args:
+        L: Number of queries.
+        S: Number of keys; defaults to ``L``.
+        num_buckets: Total number of buckets (both sides, if bidirectional): even,
+            with at least 2 on each side.
+        max_distance: The distance from which all keys share the last bucket; greater
+            than the exact buckets' range.
+        bidirectional: Buckets for keys on both sides (True) or only before (False).
+        alignment: ``"top_left"`` ($p_i = i$) or ``"bottom_right"``
+            ($p_i = i + S - L$, new queries over a KV cache).
+        device: Device of the result.
+
+    Returns:
+        ``int64`` tensor of shape ``(L, S)``, values in ``[0, num_buckets)``.
+
+    Raises:
+        TypeError: If a size is not an int or ``bidirectional`` is not a bool.
+        ValueError: If ``num_buckets`` is odd or too small, ``max_distance`` is not
+            beyond the exact buckets, a size is negative, or ``alignment`` is unknown.
+
+    Examples:
+        >>> from attention import relative_position_buckets
+        >>> relative_position_buckets(1, 300, num_buckets=16, max_distance=64,
+        ...     bidirectional=False, alignment="bottom_right")[0, -12:].tolist()[::-1]
+        [0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 8, 9]
+
+        Distances 0 to 7 get a bucket each; 8 to 10 share one, and the buckets widen
+        further out. Encoder (bidirectional) buckets, keys after the query from 8 on:
+
+        >>> from attention import relative_position_buckets
+        >>> relative_position_buckets(4, num_buckets=16)
+        tensor([[ 0,  9, 10, 11],
+                [ 1,  0,  9, 10],
+                [ 2,  1,  0,  9],
+                [ 3,  2,  1,  0]])
+    """
+    num_buckets = check_size("num_buckets", num_buckets, minimum=1)
+    max_distance = check_size("max_distance", max_distance, minimum=1)
+    if not isinstance(bidirectional, bool):
+        raise TypeError(f"bidirectional must be a bool; got {type(bidirectional).__name__}")
+    side = num_buckets // 2 if bidirectional else num_buckets  # buckets per side
+    if num_buckets % 2 or side < 2:
+        raise ValueError(
+            f"num_buckets must be even and give at least 2 buckets per side; got {num_buckets}"
+            + (" (bidirectional: half for each side)" if bidirectional else "")
+        )
+    exact = side // 2  # distances 0 .. exact - 1 get a bucket each
+    if max_distance <= exact:
+        raise ValueError(
+            f"max_distance must exceed the {exact} distances that get a bucket each "
+            f"(num_buckets={num_buckets}); got {max_distance}"
+        )
+    distance = query_key_distance(L, S, alignment, device)  # (L, S): p_i - j
+    if bidirectional:
+        offset = torch.where(distance < 0, side, 0)  # keys after the query: upper half
+        n = distance.abs()
+    else:
+        offset = torch.zeros_like(distance)
+        n = distance.clamp(min=0)
+    # float32, as T5's code; clamp first so that log(0) is never taken (n < exact there).
+    ratio = n.clamp(min=exact).to(torch.float32) / exact
+    spread = torch.log(ratio) / math.log(max_distance / exact) * (side - exact)
+    far = (exact + spread.to(torch.int64)).clamp(max=side - 1)
+    return offset + torch.where(n < exact, n, far)
+
+
+class RelativePositionBias(nn.Module):
+    r"""T5's learned relative position bias: one number per head and bucket.
+
+    ``forward(L, S)`` returns the ``(H, L, S)`` bias
+    $b_{h,i,j} = W_{\text{bucket}(i, j),\,h}$ with buckets from
+    [`relative_position_buckets`][attention.positional.relative_position_buckets]: add
+    it to the scaled scores, as a float ``attn_mask``. T5 computes it once, in the first
+    layer, and every layer reuses it; it has no $1/\sqrt{D}$ (T5 folds the scale into
+    its initialisation), which this module leaves to the caller.
+
+    Args:
+        num_heads: Number of heads $H$.
+        num_buckets: Buckets, as in ``relative_position_buckets``.
+        max_distance: Distance from which all keys share the last bucket.
+        bidirectional: An encoder's buckets (both sides) or a decoder's (before only).
+        device: Device of the table.
+        dtype: Dtype of the table; defaults to ``torch.get_default_dtype()``.
+
+    Examples:
+        >>> import torch
+        >>> from attention import RelativePositionBias, causal_mask, combine_masks
+        >>> from attention import scaled_dot_product_attention
+        >>> _ = torch.manual_seed(0)
+        >>> bias = RelativePositionBias(num_heads=4, bidirectional=False)
+        >>> mask = combine_masks(bias(5), causal_mask(5))  # (H, L, S) float
+        >>> q = k = v = torch.randn(1, 4, 5, 8)
+        >>> scaled_dot_product_attention(q, k, v, attn_mask=mask).shape
+        torch.Size([1, 4, 5, 8])
+        >>> bias(3, 1000).shape  # any length: far keys share the last bucket
+        torch.Size([4, 3, 1000])
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        num_buckets: int = 32,
+        max_distance: int = 128,
+        bidirectional: bool = True,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.num_heads = check_size("num_heads", num_heads, minimum=1)
+        self.num_buckets, self.max_distance = num_buckets, max_distance
+        self.bidirectional = bidirectional
+        relative_position_buckets(
+            1, num_buckets=num_buckets, max_distance=max_distance, bidirectional=bidirectional
+        )  # check the settings now
+        self.table = nn.Embedding(
+            num_buckets, self.num_heads, device=device, dtype=_check_dtype(dtype)
+        )
+
+    def forward(
+        self, L: int, S: int | None = None, alignment: CausalAlignment = "top_left"
+    ) -> Tensor:
+        """The bias for ``L`` queries and ``S`` keys (default ``L``).
+
+        Args:
+            L: Number of queries.
+            S: Number of keys; defaults to ``L``.
+            alignment: Query positions, as in ``relative_position_buckets``.
+
+        Returns:
+            Tensor ``(H, L, S)`` in the table's dtype, differentiable in the table.
+        """
+        buckets = relative_position_buckets(
+            L,
+            S,
+            num_buckets=self.num_buckets,
+            max_distance=self.max_distance,
+            bidirectional=self.bidirectional,
+            alignment=alignment,
+            device=self.table.weight.device,
+        )  # (L, S)
+        bias: Tensor = self.table(buckets)  # (L, S, H)
+        return bias.permute(2, 0, 1)  # (H, L, S)
+
+    def extra_repr(self) -> str:
+        """The settings, shown in ``print(module)``.
+
+        Returns:
+            ``num_heads``, ``num_buckets``, ``max_distance`` and ``bidirectional``.
+        """
+        return (
+            f"num_heads={self.num_heads}, num_buckets={self.num_buckets}, "
+            f"max_distance={self.max_distance}, bidirectional={self.bidirectional}"
+        )
 
 
 def _frequencies(dim: int, base: float, device: torch.device | str | None) -> Tensor:

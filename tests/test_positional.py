@@ -18,9 +18,11 @@ from hypothesis import strategies as st
 from attention import causal_mask, combine_masks, scaled_dot_product_attention
 from attention.positional import (
     LearnedPositionalEmbedding,
+    RelativePositionBias,
     alibi_bias,
     alibi_slopes,
     apply_rotary,
+    relative_position_buckets,
     sinusoidal_encoding,
 )
 
@@ -489,5 +491,126 @@ def test_alibi_with_a_causal_mask_is_the_papers_one_sided_bias():
     ],
 )
 def test_alibi_bad_input_raises_a_clear_error(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+# --- T5 relative position buckets and bias --------------------------------------------
+
+
+def t5_bucket(relative_position, num_buckets, max_distance, bidirectional):
+    """T5's rule for one pair, written out in plain Python from the paper's code.
+
+    ``relative_position`` is key position minus query position."""
+    bucket, n = 0, -relative_position
+    if bidirectional:
+        num_buckets //= 2
+        if n < 0:
+            bucket += num_buckets
+        n = abs(n)
+    else:
+        n = max(n, 0)
+    exact = num_buckets // 2
+    if n < exact:
+        return bucket + n
+    far = exact + int(math.log(n / exact) / math.log(max_distance / exact) * (num_buckets - exact))
+    return bucket + min(far, num_buckets - 1)
+
+
+@pytest.mark.parametrize(
+    ("num_buckets", "max_distance", "bidirectional"),
+    [(32, 128, True), (32, 128, False), (16, 64, True), (8, 20, False), (4, 5, True)],
+)
+@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
+def test_relative_position_buckets_follow_t5s_rule(
+    num_buckets, max_distance, bidirectional, alignment
+):
+    L, S = 37, 300
+    buckets = relative_position_buckets(
+        L,
+        S,
+        num_buckets=num_buckets,
+        max_distance=max_distance,
+        bidirectional=bidirectional,
+        alignment=alignment,
+    )
+    assert buckets.dtype == torch.int64 and buckets.shape == (L, S)
+    shift = S - L if alignment == "bottom_right" else 0
+    expected = [
+        [t5_bucket(j - (i + shift), num_buckets, max_distance, bidirectional) for j in range(S)]
+        for i in range(L)
+    ]
+    assert buckets.tolist() == expected
+    assert buckets.min() >= 0 and buckets.max() < num_buckets
+
+
+def test_relative_position_buckets_are_exact_near_and_shared_far():
+    buckets = relative_position_buckets(1, 1000, num_buckets=32, alignment="bottom_right")[0]
+    by_distance = buckets.flip(0)  # distance 0, 1, 2, ... back from the query
+    assert by_distance[:8].tolist() == list(range(8))  # one distance per bucket
+    assert torch.all(by_distance.diff() >= 0)  # never a nearer bucket farther away
+    assert torch.all(by_distance[128:] == 15)  # beyond max_distance: the last one
+    assert by_distance[90] < 15  # (the last bucket also takes the last stretch before)
+    widths = torch.bincount(by_distance[:128])
+    assert torch.all(widths[8:].diff() >= 0)  # logarithmic: ranges widen
+
+
+def test_relative_position_bias_looks_up_the_table_and_learns_only_used_buckets():
+    torch.manual_seed(0)
+    bias = RelativePositionBias(num_heads=3, num_buckets=8, max_distance=16, bidirectional=False)
+    values = bias(5, 7)  # (H, L, S)
+    buckets = relative_position_buckets(5, 7, num_buckets=8, max_distance=16, bidirectional=False)
+    assert values.shape == (3, 5, 7)
+    torch.testing.assert_close(values, bias.table.weight[buckets].permute(2, 0, 1))
+    values.sum().backward()
+    used = torch.zeros(8, dtype=torch.bool)
+    used[buckets.unique()] = True
+    assert torch.all(bias.table.weight.grad[~used] == 0)
+    assert torch.all(bias.table.weight.grad[used] != 0)
+    assert "num_buckets=8" in repr(bias)
+
+
+def test_relative_position_bias_as_attn_mask_adds_it_to_the_scores():
+    torch.manual_seed(1)
+    bias = RelativePositionBias(num_heads=2, dtype=torch.float64)
+    q, k, v = (torch.randn(1, 2, 6, 4, dtype=torch.float64) for _ in range(3))
+    with torch.no_grad():
+        ours = scaled_dot_product_attention(q, k, v, attn_mask=bias(6))
+        theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=bias(6))
+        by_hand = torch.softmax(q @ k.transpose(-2, -1) / 2 + bias(6), dim=-1) @ v
+    torch.testing.assert_close(ours, by_hand)
+    torch.testing.assert_close(theirs, by_hand)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (
+            lambda: relative_position_buckets(4, num_buckets=7),
+            ValueError,
+            "num_buckets must be even",
+        ),
+        (
+            lambda: relative_position_buckets(4, num_buckets=2),
+            ValueError,
+            "at least 2 buckets per side",
+        ),
+        (
+            lambda: relative_position_buckets(4, num_buckets=32, max_distance=8),
+            ValueError,
+            "max_distance must exceed the 8 distances",
+        ),
+        (
+            lambda: relative_position_buckets(4, bidirectional=1),
+            TypeError,
+            "bidirectional must be a bool",
+        ),
+        (lambda: relative_position_buckets(4.0), TypeError, "L"),
+        (lambda: relative_position_buckets(4, alignment="left"), ValueError, "alignment"),
+        (lambda: RelativePositionBias(0), ValueError, "num_heads"),
+        (lambda: RelativePositionBias(2, num_buckets=5), ValueError, "num_buckets must be even"),
+    ],
+)
+def test_relative_position_bad_input_raises_a_clear_error(call, error, message):
     with pytest.raises(error, match=message):
         call()
