@@ -12,3 +12,21 @@ def site_pages(site: Path) -> list[str]:
         rel = html.parent.relative_to(site).as_posix()
         pages.append("" if rel == "." else rel + "/")
     return pages
+
+
+# site.css lays out each block of a page only when it comes near the viewport
+# (content-visibility: auto). A test that measures the layout of a whole page at once
+# (overflow, figure sizes, contrast, visible text) first switches that off, so that
+# every block is laid out as it will be when a reader scrolls to it.
+LAY_OUT_EVERYTHING = ".md-content__inner > * { content-visibility: visible !important; }"
+
+
+def lay_out_everything(page) -> None:  # type: ignore[no-untyped-def]
+    """Lay out every block of the loaded page now (call it after each navigation).
+
+    A plain ``evaluate``, not Playwright's ``add_style_tag``: that one waits for the
+    page's own scripts, and hangs on a page loaded with JavaScript off."""
+    page.evaluate(
+        "css => document.head.appendChild(document.createElement('style')).textContent = css",
+        LAY_OUT_EVERYTHING,
+    )

@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _pages import site_pages
+from _pages import lay_out_everything, site_pages
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -137,6 +137,7 @@ def open_for_audit(page, url: str, scheme: str) -> None:
         timeout=10_000,
     )
     page.add_style_tag(content=NO_TRANSITIONS)
+    lay_out_everything(page)
     page.add_script_tag(path=str(AXE))
     page.evaluate(MARK_REPEATED_STYLES)
     page.evaluate(START_AXE)

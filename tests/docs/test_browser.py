@@ -14,7 +14,7 @@ from pathlib import Path
 from urllib.parse import urldefrag, urljoin, urlparse
 
 import pytest
-from _pages import site_pages
+from _pages import lay_out_everything, site_pages
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -52,6 +52,7 @@ def load_fully(page, url: str) -> None:
     """
     page.goto(url, wait_until="load")
     page.wait_for_load_state("networkidle")
+    lay_out_everything(page)
 
 
 class PageWatcher:
@@ -201,3 +202,35 @@ def test_every_figure_shows_once_in_the_colours_of_the_scheme(
     context.close()
     assert total >= 60, f"only {total} figures found on the site"
     assert not problems, "\n".join(problems)
+
+
+# The heading a fragment names, where it lands, and whether the page skips off-screen work.
+FRAGMENT_LANDING = """(id) => ({
+  top: document.getElementById(id).getBoundingClientRect().top,
+  header: document.querySelector('.md-header').getBoundingClientRect().bottom,
+  visibility: getComputedStyle(document.querySelector('.md-content__inner > p')).contentVisibility,
+})"""
+
+
+@pytest.mark.parametrize(
+    "viewport", [{"width": 1366, "height": 900}, {"width": 390, "height": 844}]
+)
+def test_lazy_layout_still_lands_links_on_their_heading(
+    browser, site_url: str, viewport: dict[str, int]
+) -> None:
+    """site.css lays out only the blocks near the screen (content-visibility: auto); a
+    link to a heading far down a long page must still put that heading just under the
+    header, on a desktop and on a phone, and the figures on the way must show."""
+    page = browser.new_page(viewport=viewport)
+    try:
+        page.goto(urljoin(site_url, "concepts/multi-head-attention/#what-different-heads-can-do"))
+        page.wait_for_load_state("networkidle")
+        landing = page.evaluate(FRAGMENT_LANDING, "what-different-heads-can-do")
+        assert landing["visibility"] == "auto", landing  # readers get the lazy layout
+        assert 0 <= landing["top"] - landing["header"] <= 80, landing
+        for figure in page.query_selector_all("figure.site-figure")[:3]:
+            figure.scroll_into_view_if_needed()
+            shown = [img for img in figure.query_selector_all("img") if img.is_visible()]
+            assert shown and shown[0].bounding_box()["height"] > 50
+    finally:
+        page.close()

@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import urljoin
 
 import pytest
+from _pages import lay_out_everything
 
 ROOT = Path(__file__).resolve().parents[2]
 KATEX_JS = ROOT / "docs" / "assets" / "vendor" / "katex" / "katex.min.js"
@@ -192,6 +193,7 @@ def test_no_raw_tex_without_javascript_on_a_phone(browser, built_site: Path, sit
     formulas = 0
     for rel in pages:
         page.goto(urljoin(site_url, rel), wait_until="load")
+        lay_out_everything(page)
         math = page.evaluate(MATH_OVERFLOW)
         formulas += math["formulas"]
         widths = math["widths"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _pages import site_pages
+from _pages import lay_out_everything, site_pages
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -80,6 +80,7 @@ def test_no_page_scrolls_sideways_on_a_phone(browser, built_site: Path, site_url
     try:
         for rel in pages:
             page.goto(site_url + rel, wait_until="load")
+            lay_out_everything(page)
             result = page.evaluate(OVERFLOW)
             assert result["width"] == PHONE["width"], (
                 f"/{rel}: laid out {result['width']} px wide, not at the phone's width"
