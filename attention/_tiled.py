@@ -50,15 +50,20 @@ from attention.functional import working_dtype
 # On a CPU, PyTorch's vectorised float32 exp falls back to a scalar loop for any
 # argument below about -87 (where e^x leaves the normal float range), and a masked
 # pair's -inf is such an argument: a block with masked pairs took 15-25 times longer to
-# exponentiate than one without. Arguments are clamped to _EXP_FLOOR first, and every
-# result at or below e^_EXP_ZERO (all clamped ones) is then set to exactly 0. Only
-# terms under e^-79 ~ 5e-35 of the row maximum's are changed, by less than themselves.
+# exponentiate than one without. In a block with masked pairs, arguments are clamped to
+# _EXP_FLOOR first and every result at or below e^-79 (all clamped ones) is then set to
+# exactly 0: only terms under e^-79 ~ 5e-35 of the row maximum's change, by less than
+# themselves. A block without masked pairs keeps the plain exp: the two extra passes
+# would cost it ~15 % of the forward time, and a genuine score 87 below its row maximum
+# costs only time there, never exactness.
 _EXP_FLOOR = -80.0
 _EXP_ZERO = math.exp(-79.0)
 
 
-def _exp_(shifted: Tensor) -> Tensor:
-    """``exp`` in place, exactly 0 for ``-inf`` and for anything below ``e^-79``."""
+def _exp_(shifted: Tensor, masked: bool) -> Tensor:
+    """``exp`` in place; exactly 0 for ``-inf``, and for anything below ``e^-79`` if ``masked``."""
+    if not masked:
+        return shifted.exp_()
     return torch.threshold_(shifted.clamp_min_(_EXP_FLOOR).exp_(), _EXP_ZERO, 0.0)
 
 
@@ -406,6 +411,11 @@ def _block_scores(
     return scores
 
 
+def _band_masks(band: Band | None, i0: int, i1: int, j0: int, j1: int) -> bool:
+    """Whether ``band`` masks a pair of the block (``False`` without a band)."""
+    return band is not None and band.masks_some(i0, i1, j0, j1)
+
+
 def _expand_mask(attn_mask: Tensor | None, L: int, S: int) -> Tensor | None:
     """A view of the mask with its last two axes at full size ``(L, S)``, to slice blocks."""
     if attn_mask is None:
@@ -440,7 +450,8 @@ def _forward(
             # A row masked so far has max -inf, and -inf - (-inf) is NaN: shift it by 0
             # instead, which gives exp(-inf) = 0 for every one of its entries.
             shift = new_max.masked_fill(torch.isneginf(new_max), 0.0)
-            p = _exp_(scores.sub_(shift))  # (..., bq, bk), in place: one block less memory
+            masked = mask is not None or _band_masks(schedule.band, i0, i1, j0, j1)
+            p = _exp_(scores.sub_(shift), masked)  # (..., bq, bk), in place: one block less memory
             rescale = torch.exp(row_max - shift)  # (..., bq, 1): old terms to the new max
             # In place: a new tensor per tile for each would be ~5 % of the forward time.
             row_sum.mul_(rescale).add_(p.sum(dim=-1, keepdim=True))
@@ -484,7 +495,8 @@ def _backward(
         grad_q_i = torch.zeros_like(q_i)
         for j0, j1 in key_blocks:
             scores = _block_scores(q_i, key, mask, schedule.band, biases, i0, i1, j0, j1)
-            p = _exp_(scores.sub_(lse_i))  # the block's probabilities, recomputed
+            masked = mask is not None or _band_masks(schedule.band, i0, i1, j0, j1)
+            p = _exp_(scores.sub_(lse_i), masked)  # the block's probabilities, recomputed
             # Summed to each input's own shape where it broadcast (shared heads, GQA).
             grad_v_j = grad_v[..., j0:j1, :]  # (..., bk, Dv)
             grad_v_j += (p.transpose(-2, -1) @ do_i).sum_to_size(grad_v_j.shape)

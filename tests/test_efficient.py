@@ -220,10 +220,12 @@ def test_flash_error_is_at_most_twice_the_naive_error():
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_peaked_scores_far_below_the_exp_floor_stay_exact(dtype):
-    """The loop clamps exp's argument at -80 and zeroes what falls under e^-79 (PyTorch's
-    CPU exp is 15-25x slower below about -87). Scores spread over thousands, so most
-    terms sit far under the floor, must still give dense attention's output and
-    gradients: the terms changed are below 5e-35 of the row's largest."""
+    """In blocks with masked pairs the loop clamps exp's argument at -80 and zeroes what
+    falls under e^-79 (PyTorch's CPU exp is 15-25x slower below about -87); other blocks
+    keep the plain exp. Scores spread over thousands, so most terms sit far under the
+    floor, must give dense attention's output and gradients either way (causal and
+    windowed blocks masked, full ones not): the terms changed are below 5e-35 of the
+    row's largest."""
     q, k, v = make_qkv(1, 2, L=267, S=514, dtype=dtype)
     q = q * 40  # score gaps of hundreds to thousands
     for kwargs in ({}, {"is_causal": True}):
