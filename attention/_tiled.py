@@ -392,9 +392,10 @@ def _block_scores(
     i1: int,
     j0: int,
     j1: int,
-) -> Tensor:
-    """Scaled scores of one block, ``-inf`` where masked: ``(..., i1 - i0, j1 - j0)``.
+) -> tuple[Tensor, bool]:
+    """Scaled scores ``(..., i1 - i0, j1 - j0)`` of one block, ``-inf`` where masked.
 
+    Also returns whether any mask applied to the block (its ``exp`` then clamps).
     ``biases`` keeps the band's masks built so far in this call (see `Band.block_bias`).
     """
     scores = query_block @ key[..., j0:j1, :].transpose(-2, -1)  # (..., bq, bk)
@@ -404,16 +405,13 @@ def _block_scores(
             scores.masked_fill_(~block, float("-inf"))
         else:
             scores = scores + block
+    masked = attn_mask is not None
     if band is not None:
         bias = band.block_bias(i0, i1, j0, j1, scores, biases)
         if bias is not None:
             scores.add_(bias)  # one vectorised pass, where masked_fill_ branches per pair
-    return scores
-
-
-def _band_masks(band: Band | None, i0: int, i1: int, j0: int, j1: int) -> bool:
-    """Whether ``band`` masks a pair of the block (``False`` without a band)."""
-    return band is not None and band.masks_some(i0, i1, j0, j1)
+            masked = True
+    return scores, masked
 
 
 def _expand_mask(attn_mask: Tensor | None, L: int, S: int) -> Tensor | None:
@@ -445,12 +443,11 @@ def _forward(
         row_sum = query.new_zeros(*batch, i1 - i0, 1)  # ℓ
         acc = query.new_zeros(*batch, i1 - i0, Dv)  # õ, unnormalised output
         for j0, j1 in key_blocks:
-            scores = _block_scores(q_i, key, mask, schedule.band, biases, i0, i1, j0, j1)
+            scores, masked = _block_scores(q_i, key, mask, schedule.band, biases, i0, i1, j0, j1)
             new_max = torch.maximum(row_max, scores.amax(dim=-1, keepdim=True))  # (..., bq, 1)
             # A row masked so far has max -inf, and -inf - (-inf) is NaN: shift it by 0
             # instead, which gives exp(-inf) = 0 for every one of its entries.
             shift = new_max.masked_fill(torch.isneginf(new_max), 0.0)
-            masked = mask is not None or _band_masks(schedule.band, i0, i1, j0, j1)
             p = _exp_(scores.sub_(shift), masked)  # (..., bq, bk), in place: one block less memory
             rescale = torch.exp(row_max - shift)  # (..., bq, 1): old terms to the new max
             # In place: a new tensor per tile for each would be ~5 % of the forward time.
@@ -494,8 +491,7 @@ def _backward(
         lse_i, delta_i = lse[..., i0:i1, None], delta[..., i0:i1, :]  # (..., bq, 1) each
         grad_q_i = torch.zeros_like(q_i)
         for j0, j1 in key_blocks:
-            scores = _block_scores(q_i, key, mask, schedule.band, biases, i0, i1, j0, j1)
-            masked = mask is not None or _band_masks(schedule.band, i0, i1, j0, j1)
+            scores, masked = _block_scores(q_i, key, mask, schedule.band, biases, i0, i1, j0, j1)
             p = _exp_(scores.sub_(lse_i), masked)  # the block's probabilities, recomputed
             # Summed to each input's own shape where it broadcast (shared heads, GQA).
             grad_v_j = grad_v[..., j0:j1, :]  # (..., bk, Dv)

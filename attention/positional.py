@@ -554,22 +554,9 @@ def relative_position_buckets(
                 [ 2,  1,  0,  9],
                 [ 3,  2,  1,  0]])
     """
-    num_buckets = check_size("num_buckets", num_buckets, minimum=1)
-    max_distance = check_size("max_distance", max_distance, minimum=1)
-    if not isinstance(bidirectional, bool):
-        raise TypeError(f"bidirectional must be a bool; got {type(bidirectional).__name__}")
-    side = num_buckets // 2 if bidirectional else num_buckets  # buckets per side
-    if num_buckets % 2 or side < 2:
-        raise ValueError(
-            f"num_buckets must be even and give at least 2 buckets per side; got {num_buckets}"
-            + (" (bidirectional: half for each side)" if bidirectional else "")
-        )
-    exact = side // 2  # distances 0 .. exact - 1 get a bucket each
-    if max_distance <= exact:
-        raise ValueError(
-            f"max_distance must exceed the {exact} distances that get a bucket each "
-            f"(num_buckets={num_buckets}); got {max_distance}"
-        )
+    num_buckets, max_distance, side, exact = _check_buckets(
+        num_buckets, max_distance, bidirectional
+    )
     distance = query_key_distance(L, S, alignment, device)  # (L, S): p_i - j
     if bidirectional:
         offset = torch.where(distance < 0, side, 0)  # keys after the query: upper half
@@ -628,13 +615,12 @@ class RelativePositionBias(nn.Module):
     ) -> None:
         super().__init__()
         self.num_heads = check_size("num_heads", num_heads, minimum=1)
-        self.num_buckets, self.max_distance = num_buckets, max_distance
+        self.num_buckets, self.max_distance, _, _ = _check_buckets(
+            num_buckets, max_distance, bidirectional
+        )
         self.bidirectional = bidirectional
-        relative_position_buckets(
-            1, num_buckets=num_buckets, max_distance=max_distance, bidirectional=bidirectional
-        )  # check the settings now
         self.table = nn.Embedding(
-            num_buckets, self.num_heads, device=device, dtype=_check_dtype(dtype)
+            self.num_buckets, self.num_heads, device=device, dtype=_check_dtype(dtype)
         )
 
     def forward(
@@ -672,6 +658,29 @@ class RelativePositionBias(nn.Module):
             f"num_heads={self.num_heads}, num_buckets={self.num_buckets}, "
             f"max_distance={self.max_distance}, bidirectional={self.bidirectional}"
         )
+
+
+def _check_buckets(
+    num_buckets: object, max_distance: object, bidirectional: object
+) -> tuple[int, int, int, int]:
+    """T5 bucket settings, checked: ``(num_buckets, max_distance, per side, exact)``."""
+    num_buckets = check_size("num_buckets", num_buckets, minimum=1)
+    max_distance = check_size("max_distance", max_distance, minimum=1)
+    if not isinstance(bidirectional, bool):
+        raise TypeError(f"bidirectional must be a bool; got {type(bidirectional).__name__}")
+    side = num_buckets // 2 if bidirectional else num_buckets  # buckets per side
+    if num_buckets % 2 or side < 2:
+        raise ValueError(
+            f"num_buckets must be even and give at least 2 buckets per side; got {num_buckets}"
+            + (" (bidirectional: half for each side)" if bidirectional else "")
+        )
+    exact = side // 2  # distances 0 .. exact - 1 get a bucket each
+    if max_distance <= exact:
+        raise ValueError(
+            f"max_distance must exceed the {exact} distances that get a bucket each "
+            f"(num_buckets={num_buckets}); got {max_distance}"
+        )
+    return num_buckets, max_distance, side, exact
 
 
 def _frequencies(dim: int, base: float, device: torch.device | str | None) -> Tensor:
