@@ -8,6 +8,8 @@ Counted, not assumed: a build that silently lost its figures (a kernel that inhe
 from __future__ import annotations
 
 import ast
+import base64
+import io
 import json
 import re
 import sys
@@ -220,3 +222,90 @@ def test_unicode_dollars_and_log_ticks_pass_the_mathtext_check() -> None:
     ax.legend()
     svg = site_figures.render_svg(fig)
     assert "1/√D" in svg and "ℓₜ" in svg
+
+
+def _recoloured_render(fig) -> str:
+    """The dark render drawn for real: the figure recoloured, then saved transparent.
+
+    What the site did before the dark twin became a style sheet, kept here as the
+    reference the style sheet must match.
+    """
+    import matplotlib as mpl
+
+    undo = []
+
+    def change(artist, prop, value):
+        undo.append((artist, prop, getattr(artist, f"get_{prop}")()))
+        getattr(artist, f"set_{prop}")(value)
+
+    with mpl.rc_context(site_figures.RC_PARAMS):
+        try:
+            texts = site_figures._enlarge_labels(fig, change)
+            fig.draw_without_rendering()
+            bbox = fig.get_tightbbox().padded(mpl.rcParams["savefig.pad_inches"])
+            fig.set_layout_engine("none")
+            site_figures._recolour_for_dark(fig, texts, change)
+            buffer = io.StringIO()
+            fig.savefig(buffer, format="svg", bbox_inches=bbox, transparent=True)
+        finally:
+            for artist, prop, value in reversed(undo):
+                getattr(artist, f"set_{prop}")(value)
+    return buffer.getvalue()
+
+
+def test_dark_twin_draws_what_a_recoloured_render_draws(browser) -> None:
+    """The dark SVG is the light one plus a style sheet (one render per figure, not
+    two): on the slate background it must show, pixel for pixel, what recolouring the
+    figure and drawing it again shows, with the data (heatmap numbers, coloured series,
+    colormaps) untouched and the text, axes, black series and legend made light."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    def draw():  # a fresh figure each time: a layout starts from the same state
+        fig, (lines, heat, bars) = plt.subplots(1, 3, figsize=(11, 3.4), layout="constrained")
+        n = np.arange(1, 9)
+        lines.loglog(2**n, 4.0**n, "k-o", label="black series, markers")
+        lines.loglog(2**n, 3.0**n, "C1--s", label="orange series", alpha=0.6)
+        lines.loglog(2**n, 2.0**n, "C2:", marker="o", markerfacecolor="white", label="hollow")
+        lines.legend(fontsize=8)
+        lines.set(title="log–log", xlabel="n", ylabel="seconds")
+        image = heat.imshow(np.linspace(0, 1, 16).reshape(4, 4), cmap="viridis")
+        heat.text(1, 1, "0.33", ha="center", color="black")  # a number on a cell: data
+        fig.colorbar(image, ax=heat, label="weight")
+        heat.scatter([0, 3], [0, 3], c="red", edgecolors="black", s=80)
+        bars.bar(["a", "b", "c"], [3, 1, 2], color="C0", edgecolor="black")
+        bars.axhline(2, color="0.2", linestyle="--")
+        bars.annotate("peak", (0, 3), xytext=(1.2, 2.6), arrowprops={"arrowstyle": "->"})
+        fig.suptitle("a figure with every kind of artist the dark rules touch")
+        return fig
+
+    fig = draw()
+    light, dark = site_figures.render_pair(fig)
+    plt.close(fig)
+    fig = draw()
+    reference = _recoloured_render(fig)
+    plt.close(fig)
+    assert dark.startswith(light.split("</style>")[0])  # the same drawing, restyled
+
+    page = browser.new_page(viewport={"width": 1300, "height": 500})
+    try:
+        shots = []
+        for svg in (dark, reference):
+            uri = "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode()
+            page.set_content(f'<body style="margin:0;background:#1e2129"><img id="f" src="{uri}">')
+            page.wait_for_function("document.getElementById('f').complete")
+            assert page.evaluate("document.getElementById('f').naturalWidth") > 500
+            shots.append(page.locator("#f").screenshot())
+    finally:
+        page.close()
+    from PIL import Image
+
+    twin, drawn = (np.asarray(Image.open(io.BytesIO(s)).convert("RGB"), dtype=int) for s in shots)
+    assert twin.shape == drawn.shape
+    differing = int((np.abs(twin - drawn).max(axis=2) > 8).sum())
+    assert differing == 0, f"{differing} pixels differ between the twin and the recoloured render"
+    # And the dark render is dark: the light text really was recoloured.
+    assert site_figures.DARK_FOREGROUND in dark and site_figures.DARK_FOREGROUND not in light
