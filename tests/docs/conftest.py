@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ def built_site() -> Path:
 
     The notebook cache is switched off so every tutorial is executed against the
     package as it is now, never replayed from an older run. The build's wall time goes
-    to ``build-seconds`` in the site folder, for the build-time test.
+    to ``.build-seconds`` in the site folder and into the session's summary.
 
     ``ATTENTION_PREBUILT_SITE=path`` skips the build and uses that site instead: only for
     iterating on the browser tests locally, never in CI.
@@ -56,8 +57,22 @@ def built_site() -> Path:
     if result.returncode != 0:
         pytest.fail(f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}")
     (site / ".build-log").write_text(result.stderr)
-    (site / ".build-seconds").write_text(f"{time.perf_counter() - start:.1f}")
+    seconds = time.perf_counter() - start
+    (site / ".build-seconds").write_text(f"{seconds:.1f}")
+    _build_seconds.append(seconds)
     return site
+
+
+_build_seconds: list[float] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Report the cold build's wall time (issue: under 90 s on two idle cores), measured
+    here rather than asserted: a test must not fail on a busy machine's clock."""
+    for seconds in _build_seconds:
+        terminalreporter.write_line(
+            f"site build (cold, tutorials executed, strict): {seconds:.1f} s wall"
+        )
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
