@@ -5,6 +5,13 @@ The public API is re-exported here; each concept lives in its own module.
 
 from attention import examples as examples  # a namespace: worked examples for the pages
 from attention import numpy_reference as numpy_reference  # a namespace, see its docstring
+from attention.approximate import (
+    favor_features,
+    linformer_attention,
+    nystrom_attention,
+    performer_attention,
+    random_features,
+)
 from attention.efficient import (
     block_sparse_attention,
     flash_attention,
@@ -63,15 +70,20 @@ __all__ = [
     "block_sparse_mask",
     "causal_mask",
     "combine_masks",
+    "favor_features",
     "flash_attention",
     "linear_attention",
+    "linformer_attention",
     "mask_to_bias",
+    "nystrom_attention",
     "padding_mask",
+    "performer_attention",
     "plot_activation_norms",
     "plot_attention",
     "plot_attention_entropy",
     "plot_attention_heads",
     "plot_positional_encoding",
+    "random_features",
     "relative_position_buckets",
     "scaled_dot_product_attention",
     "sinusoidal_encoding",

@@ -32,19 +32,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 import torch
-from matplotlib.axes import Axes
-from matplotlib.colors import Colormap
-from matplotlib.figure import Figure
-from matplotlib.image import AxesImage
-from matplotlib.ticker import MaxNLocator
 from numpy.typing import NDArray
 from torch import Tensor
 
 from attention._checks import check_size, check_tensor
+
+# matplotlib is imported where a figure is drawn: `import attention` does not pay for
+# it (about 0.4 s), and a program that only computes attention never loads it.
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.colors import Colormap
+    from matplotlib.figure import Figure
+    from matplotlib.image import AxesImage
 
 __all__ = [
     "attention_entropy",
@@ -329,6 +332,8 @@ def plot_positional_encoding(
     image = ax.imshow(
         matrix, cmap=cmap, vmin=-vmax, vmax=vmax, aspect="auto", interpolation="nearest"
     )
+    from matplotlib.ticker import MaxNLocator
+
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("position")
@@ -577,6 +582,8 @@ def _check_non_negative(minimum: float) -> None:
 
 def _set_ticks(ax: Axes, axis: str, labels: list[str] | None) -> None:
     """One tick per label, or integer positions when there are no labels."""
+    from matplotlib.ticker import MaxNLocator
+
     target = ax.xaxis if axis == "x" else ax.yaxis
     if labels is None:
         target.set_major_locator(MaxNLocator(integer=True))

@@ -335,6 +335,8 @@ SIZED = {
     "linear_attention": lambda n: attention.linear_attention(
         *torch.randn(3, 5, 4), is_causal=True, chunk_size=n(2)
     ),
+    "random_features": lambda n: attention.random_features(n(6), n(4)),
+    "nystrom_attention": lambda n: attention.nystrom_attention(*torch.randn(3, 6, 4), n(3)),
     "plot_attention_heads": lambda n: plot_attention_heads(
         torch.softmax(torch.randn(2, 3, 3), -1), ncols=n(2)
     ),
@@ -358,6 +360,10 @@ FLAGS = {
     "is_causal (flash)": lambda x: flash_attention(*torch.randn(3, 4, 2), is_causal=x),
     "causal": lambda x: sliding_window_attention(*torch.randn(3, 4, 2), window=2, causal=x),
     "is_causal (linear)": lambda x: attention.linear_attention(*torch.randn(3, 4, 2), is_causal=x),
+    "is_causal (performer)": lambda x: attention.performer_attention(
+        *torch.randn(3, 4, 2), torch.randn(8, 2), is_causal=x
+    ),
+    "orthogonal": lambda x: attention.random_features(8, 2, orthogonal=x),
     "batch_first": lambda x: MultiHeadAttention(8, 2, batch_first=x),
     "bias": lambda x: MultiHeadAttention(8, 2, bias=x),
     "add_bias_kv": lambda x: MultiHeadAttention(8, 2, add_bias_kv=x),
