@@ -18,7 +18,7 @@ each one's error against its budget.
   denominator are *unbiased* estimates computed as linear attention: $O(n\,D_\phi\,D)$.
 - [`nystrom_attention`][attention.approximate.nystrom_attention] (Xiong et al., 2021):
   the $L \times S$ softmax matrix rebuilt from $m$ landmark rows and columns,
-  $\tilde P = F\,A^{+}B$: $O(n\,m\,D + m^3)$.
+  $\tilde{P} = F\,A^{+}B$: $O(n\,m\,D + m^3)$.
 
 Reformer's LSH attention (Kitaev et al., 2020) is not implemented: it hashes queries
 and keys into buckets and attends within a bucket, which is a sparsity pattern chosen
@@ -363,13 +363,13 @@ def nystrom_attention(
 ) -> Tensor:
     r"""Nyström attention: the softmax matrix rebuilt from $m$ landmarks.
 
-    The landmarks $\tilde Q$ and $\tilde K$ are the means of $m$ consecutive segments
+    The landmarks $\tilde{Q}$ and $\tilde{K}$ are the means of $m$ consecutive segments
     of the queries and of the keys. With $\sigma$ the row softmax of scaled scores,
 
     $$
-    P \approx \tilde P = \underbrace{\sigma(Q \tilde K^\top)}_{F:\ L \times m}\;
-    \underbrace{\sigma(\tilde Q \tilde K^\top)^{+}}_{A^{+}:\ m \times m}\;
-    \underbrace{\sigma(\tilde Q K^\top)}_{B:\ m \times S},
+    P \approx \tilde{P} = \underbrace{\sigma(Q \tilde{K}^\top)}_{F:\ L \times m}\;
+    \underbrace{\sigma(\tilde{Q} \tilde{K}^\top)^{+}}_{A^{+}:\ m \times m}\;
+    \underbrace{\sigma(\tilde{Q} K^\top)}_{B:\ m \times S},
     \qquad \text{output } F\,\big(A^{+}(B\,V)\big),
     $$
 
