@@ -70,12 +70,12 @@ serve: $(INSTALLED) ## Build and serve the site with live reload at http://127.0
 # all implementations, n = 256 ... 8192, about 15 minutes on two cores.
 .PHONY: bench
 bench: $(INSTALLED) ## Benchmark attention (about 15 min) into benchmarks/results/latest.json
-	$(BIN)/python benchmarks/attention_bench.py --out benchmarks/results/latest.json \
+	$(BIN)/python -m attention_bench --out benchmarks/results/latest.json \
 		--plot build/bench/latest.png
 
 .PHONY: bench-quick
 bench-quick: $(INSTALLED) ## A short smoke run of the benchmark into build/bench/quick.json
-	$(BIN)/python benchmarks/attention_bench.py --quick --out build/bench/quick.json \
+	$(BIN)/python -m attention_bench --quick --out build/bench/quick.json \
 		--plot build/bench/quick.png
 
 .PHONY: lint

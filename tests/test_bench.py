@@ -17,18 +17,14 @@ import pytest
 from attention import sliding_window_mask
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "attention_bench.py"
 SIZES = [32, 512]
 IMPLEMENTATIONS = ["naive", "numpy", "flash", "flash_keys_only", "sdpa"]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import attention_bench
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    import attention_bench  # installed with the package (pyproject.toml)
+
     return attention_bench
 
 
@@ -37,7 +33,8 @@ def results(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("bench") / "quick.json"
     command = [
         sys.executable,
-        str(SCRIPT),
+        "-m",
+        "attention_bench",
         "--quick",
         "--out",
         str(out),
