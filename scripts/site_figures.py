@@ -64,6 +64,27 @@ RC_PARAMS = {
 _Change = Callable[[object, str, object], None]
 
 
+class _Edits:
+    """Property changes made to a figure's artists, undone in reverse order.
+
+    Called like ``set_<prop>``: ``edits(text, "color", "white")``. The renders change
+    the figure (larger labels, gids, dark colours) and must hand it back unchanged.
+    """
+
+    def __init__(self) -> None:
+        self._undo: list[tuple[object, str, object]] = []
+
+    def __call__(self, artist: object, prop: str, value: object) -> None:
+        self._undo.append((artist, prop, getattr(artist, f"get_{prop}")()))
+        getattr(artist, f"set_{prop}")(value)
+
+    def undo(self) -> None:
+        """Restore every changed property, the last change first."""
+        while self._undo:
+            artist, prop, value = self._undo.pop()
+            getattr(artist, f"set_{prop}")(value)
+
+
 def apply_style() -> None:
     """Set the rcParams every published figure is drawn with."""
     mpl.rcParams.update(RC_PARAMS)
@@ -232,7 +253,7 @@ def _css_paint(prop: str, before: object, after: object, forced_alpha: bool) -> 
     return css
 
 
-def _dark_rules(fig: Figure, texts: list[Text]) -> tuple[str, list[tuple[object, str, object]]]:
+def _dark_rules(fig: Figure, texts: list[Text]) -> tuple[str, list[tuple[Artist, str]]]:
     """CSS that turns the light render into the dark one, and the gids it relies on.
 
     The recolouring is planned on the figure (``_recolour_for_dark``, plus what
@@ -241,12 +262,11 @@ def _dark_rules(fig: Figure, texts: list[Text]) -> tuple[str, list[tuple[object,
     much as the first, and the two renders differ only in these colours.
     """
     changed: dict[int, tuple[Artist, dict[_Paint, object]]] = {}
-    undo: list[tuple[object, str, object]] = []
+    edits = _Edits()
 
     def change(artist: Artist, prop: str, value: object) -> None:
         changed.setdefault(id(artist), (artist, _paints(artist)))
-        undo.append((artist, prop, getattr(artist, f"get_{prop}")()))
-        getattr(artist, f"set_{prop}")(value)
+        edits(artist, prop, value)
 
     try:
         _recolour_for_dark(fig, texts, change)
@@ -256,7 +276,7 @@ def _dark_rules(fig: Figure, texts: list[Text]) -> tuple[str, list[tuple[object,
         # Artists recoloured alike share one rule through a common gid prefix
         # ("d0-3", "d0-7": [id^="d0-"]): a figure has hundreds of tick labels.
         styles: dict[tuple[tuple[str, str], ...], int] = {}
-        gids: list[tuple[object, str, object]] = []
+        gids: list[tuple[Artist, str]] = []
         for number, (artist, before) in enumerate(changed.values()):
             after = _paints(artist)
             forced = artist.get_alpha() is not None
@@ -267,7 +287,7 @@ def _dark_rules(fig: Figure, texts: list[Text]) -> tuple[str, list[tuple[object,
                     by_selector[selector] = by_selector.get(selector, "") + css
             if by_selector:
                 style = styles.setdefault(tuple(by_selector.items()), len(styles))
-                gids.append((artist, "gid", f"d{style}-{number}"))
+                gids.append((artist, f"d{style}-{number}"))
         rules = []
         for declarations, style in styles.items():
             for selector, css in declarations:
@@ -276,8 +296,7 @@ def _dark_rules(fig: Figure, texts: list[Text]) -> tuple[str, list[tuple[object,
                 )
                 rules.append(f"{scoped}{{{css}}}")
     finally:
-        for artist, prop, value in reversed(undo):
-            getattr(artist, f"set_{prop}")(value)
+        edits.undo()
     return "".join(rules), gids
 
 
@@ -321,12 +340,7 @@ def render_pair(fig: Figure) -> tuple[str, str]:
     the two can never disagree on anything but colour. Every change to the figure is
     undone before returning.
     """
-    undo: list[tuple[object, str, object]] = []
-
-    def change(artist: object, prop: str, value: object) -> None:
-        undo.append((artist, prop, getattr(artist, f"get_{prop}")()))
-        getattr(artist, f"set_{prop}")(value)
-
+    change = _Edits()
     engine = fig.get_layout_engine()
     with mpl.rc_context(RC_PARAMS):
         try:
@@ -340,12 +354,11 @@ def render_pair(fig: Figure) -> tuple[str, str]:
             if engine is not None:
                 fig.set_layout_engine("none")  # keeps the positions just computed
             rules, gids = _dark_rules(fig, texts)
-            for artist, prop, value in gids:
-                change(artist, prop, value)
+            for artist, gid in gids:
+                change(artist, "gid", gid)
             light = _save_svg(fig, bbox)
         finally:
-            for artist, prop, value in reversed(undo):
-                getattr(artist, f"set_{prop}")(value)
+            change.undo()
             if engine is not None:
                 fig.set_layout_engine(engine)
     # matplotlib opens every SVG with one style element; the dark rules join it, and

@@ -232,12 +232,7 @@ def _recoloured_render(fig) -> str:
     """
     import matplotlib as mpl
 
-    undo = []
-
-    def change(artist, prop, value):
-        undo.append((artist, prop, getattr(artist, f"get_{prop}")()))
-        getattr(artist, f"set_{prop}")(value)
-
+    change = site_figures._Edits()
     with mpl.rc_context(site_figures.RC_PARAMS):
         try:
             texts = site_figures._enlarge_labels(fig, change)
@@ -248,8 +243,7 @@ def _recoloured_render(fig) -> str:
             buffer = io.StringIO()
             fig.savefig(buffer, format="svg", bbox_inches=bbox, transparent=True)
         finally:
-            for artist, prop, value in reversed(undo):
-                getattr(artist, f"set_{prop}")(value)
+            change.undo()
     return buffer.getvalue()
 
 
