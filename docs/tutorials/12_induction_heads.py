@@ -1,0 +1,633 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Induction heads: a circuit a model learns by itself
+#
+# **You will learn** how a two-layer, attention-only transformer learns to
+# continue a pattern it has seen once, *in context*: after
+# "… K q … K", predict "q". Olsson et al. (2022) found that language
+# models do this with a two-head circuit they called an **induction
+# head**, and that it appears suddenly during training, in a "phase
+# change" visible in the loss. We train such a model on a CPU in seconds,
+# watch the phase change, find the two heads by measurement (a
+# **previous-token head** in layer 0, an **induction head** in layer 1),
+# check that the second depends on the first, and switch each head off to
+# see what it was doing.
+#
+# Nobody tells the model to build this circuit. The data only rewards it:
+# a token that repeated once is likely to repeat again, followed by
+# whatever followed it the first time.
+
+# %%
+import math
+import time
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import attention
+
+torch.manual_seed(0)
+torch.set_printoptions(precision=3, sci_mode=False)
+# Tiny tensors: one thread is faster than two here (no hand-offs).
+torch.set_num_threads(1)
+
+# %% [markdown]
+# ## 1. The data: random tokens, some of them repeated
+#
+# A sequence has $L = 32$ tokens drawn from a vocabulary of $V = 52$
+# symbols, shown as the letters `A`-`Z` and `a`-`z`. It starts with a
+# stretch of random tokens (the *filler*), then a random *segment* of
+# $p$ tokens that repeats until the sequence ends. Within a sequence all
+# tokens of the filler and the segment are distinct, so a repeated token
+# has exactly one earlier occurrence, and what came after it is the answer.
+#
+# The period $p$ (4 to 12) and the filler's length are drawn afresh for
+# every sequence: the repetition starts at a different position each
+# time, so no fixed offset, "look back 12 places", can solve the task. The
+# model has to find the earlier occurrence **by its content**.
+
+# %%
+V, L = 52, 32  # vocabulary size, sequence length
+SYMBOLS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+MIN_PERIOD, MAX_PERIOD = 4, 12
+
+
+def make_batch(n, generator, period=None, filler=None):
+    """n sequences (n, L): a filler, then a segment repeated to the end.
+
+    Without period and filler, both are drawn at random per sequence.
+    """
+    fresh = torch.rand(n, V, generator=generator).argsort(dim=1)[:, :L]
+    if period is None:
+        p = torch.randint(
+            MIN_PERIOD, MAX_PERIOD + 1, (n, 1), generator=generator
+        )
+        # filler length uniform in 0 .. L - 2p: the segment appears twice
+        f = (
+            torch.rand(n, 1, generator=generator) * (L - 2 * p + 1)
+        ).long()
+    else:
+        p, f = torch.full((n, 1), period), torch.full((n, 1), filler)
+    i = torch.arange(L)
+    # Position i >= f + p repeats position i - p (and so on, periodically).
+    source = torch.where(i >= f + p, f + (i - f) % p, i)  # (n, L)
+    return fresh.gather(1, source)
+
+
+def spell(tokens):
+    return "".join(SYMBOLS[t] for t in tokens.tolist())
+
+
+for row in make_batch(4, torch.Generator().manual_seed(0)):
+    print(spell(row))
+
+# %% [markdown]
+# For measuring, every test sequence has the same layout: a filler of 8
+# tokens, then a segment of $p = 12$ tokens, twice. Tokens 0 to 19 are
+# seen for the first time; tokens 20 to 31 repeat tokens 8 to 19. The
+# model predicts token $i + 1$ from tokens $0..i$, so the predictions
+# fall in three groups:
+#
+# - **first occurrences** (targets 1 to 19): nothing in the context
+#   helps; the best possible loss is the log of the number of symbols not
+#   yet seen, a little under $\ln V \approx 3.95$ nats;
+# - **target 20**, the first repeat: its predecessor (token 19) was never
+#   seen before, so nothing in the context says that the segment restarts
+#   here; it is left out of both groups;
+# - **repeated tokens** (targets 21 to 31): token $i$ appeared at
+#   $i - 12$, and the answer is the token that followed it, at $i - 11$.
+
+# %%
+TEST_PERIOD, TEST_FILLER = 12, 8
+x_test = make_batch(
+    1000, torch.Generator().manual_seed(1), TEST_PERIOD, TEST_FILLER
+)
+start_repeat = TEST_FILLER + TEST_PERIOD  # 20: first repeated position
+targets = torch.arange(1, L)  # prediction i targets token i + 1
+first = targets < start_repeat  # targets 1..19
+repeated = targets > start_repeat  # targets 21..31
+print(
+    spell(x_test[0][:start_repeat]), "|", spell(x_test[0][start_repeat:])
+)
+assert torch.equal(
+    x_test[:, start_repeat:], x_test[:, TEST_FILLER:start_repeat]
+)
+print(f"chance: ln V = {math.log(V):.3f} nats")
+
+# %% [markdown]
+# ## 2. An attention-only transformer
+#
+# Olsson et al. study the circuit in models made of attention alone, so
+# that nothing else can do the work: no MLPs. Each of the two layers adds
+# the output of a causal
+# [`attention.MultiHeadAttention`](../../reference/multi_head/#attention.multi_head.MultiHeadAttention)
+# with $H = 2$ heads of size $D = 32$ to the residual stream,
+# $x \leftarrow x + \operatorname{MHA}(\operatorname{LN}(x))$; token
+# embeddings plus
+# [learned positions](../../reference/positional/#attention.positional.LearnedPositionalEmbedding)
+# go in, and a linear read-out gives $V$ logits per position.
+#
+# `ablate` names heads to switch off: a forward pre-hook on the output
+# projection zeroes those heads' slices of its input, exactly as if the
+# heads had returned zeros. Section 5 uses it.
+
+
+# %%
+class AttentionOnly(nn.Module):
+    """Embeddings, causal pre-norm attention layers, a linear read-out."""
+
+    def __init__(self, embed_dim=64, num_heads=2, num_layers=2):
+        super().__init__()
+        self.embed = nn.Embedding(V, embed_dim)
+        self.positions = attention.LearnedPositionalEmbedding(L, embed_dim)
+        self.norms = nn.ModuleList(
+            nn.LayerNorm(embed_dim) for _ in range(num_layers)
+        )
+        self.attns = nn.ModuleList(
+            attention.MultiHeadAttention(embed_dim, num_heads)
+            for _ in range(num_layers)
+        )
+        self.norm = nn.LayerNorm(embed_dim)
+        self.head = nn.Linear(embed_dim, V)
+
+    def forward(self, tokens, ablate=()):  # tokens: (B, L) integers
+        """Logits (B, L, V) and maps (layers, B, H, L, L).
+
+        ablate: (layer, head) pairs whose outputs are replaced by zeros.
+        """
+        hooks = [
+            self.attns[layer].out_proj.register_forward_pre_hook(
+                _mean_head(head, self.attns[layer].head_dim)
+            )
+            for layer, head in ablate
+        ]
+        try:
+            x = self.positions(self.embed(tokens))  # (B, L, E)
+            maps = []
+            for norm, attn in zip(self.norms, self.attns, strict=True):
+                h = norm(x)
+                out, weights = attn(
+                    h,
+                    h,
+                    h,
+                    is_causal=True,
+                    need_weights=True,
+                    average_attn_weights=False,
+                )  # out: (B, L, E), weights: (B, H, L, L)
+                x = x + out
+                maps.append(weights)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        return self.head(self.norm(x)), torch.stack(maps)
+
+
+def _mean_head(head, head_dim):
+    """Pre-hook: one head's slice of out_proj's input (B, L, H*D) replaced
+    by its mean over the batch and the positions."""
+
+    def hook(module, args):
+        (heads,) = args
+        heads = heads.clone()
+        part = heads[..., head * head_dim : (head + 1) * head_dim]
+        part[:] = part.mean(dim=(0, 1))
+        return (heads,)
+
+    return hook
+
+
+torch.manual_seed(0)
+model = AttentionOnly()
+logits, maps = model(x_test[:2])
+print(f"parameters: {sum(p.numel() for p in model.parameters()):,}")
+print("logits:", tuple(logits.shape), " maps:", tuple(maps.shape))
+assert maps.shape == (2, 2, 2, L, L)  # (layers, B, H, L, L)
+
+# %% [markdown]
+# ## 3. Two scores that name a head's job
+#
+# A head's attention map says where each query reads. Two patterns matter
+# here, each measured as the average weight on one key per query, over
+# the 1000 test sequences:
+#
+# - the **previous-token score**: the weight that query $i$ puts on key
+#   $i - 1$, over all $i \ge 1$;
+# - the **induction score**: on the repeated half, the weight that query
+#   $i$ (whose token appeared at $i - p$) puts on key $i - p + 1$, the
+#   token that came *next* last time. This is Olsson et al.'s
+#   definition: attend to the successor of the earlier occurrence.
+#
+# Uniform weights over the visible keys would give about 0.1 and 0.04;
+# a head that does the job cleanly scores near 1.
+
+# %%
+queries = torch.arange(1, L)
+induction_queries = torch.arange(start_repeat, L)  # tokens seen before
+
+
+def head_scores(maps):
+    """Previous-token and induction scores, each (layers, H)."""
+    previous = maps[..., queries, queries - 1].mean(dim=(1, 3))
+    successor = induction_queries - TEST_PERIOD + 1
+    induction = maps[..., induction_queries, successor].mean(dim=(1, 3))
+    return previous, induction
+
+
+def evaluate(model, tokens=x_test, ablate=()):
+    """Mean loss on first-occurrence and on repeated targets, and maps."""
+    with torch.no_grad():
+        logits, maps = model(tokens, ablate)
+    loss = F.cross_entropy(
+        logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none"
+    )  # (n, L - 1), entry i for target i + 1
+    return (
+        loss[:, first].mean().item(),
+        loss[:, repeated].mean().item(),
+        maps,
+    )
+
+
+# %% [markdown]
+# ## 4. Training, and the phase change
+#
+# Batches of 64 fresh sequences, AdamW at a constant learning rate of
+# $3 \times 10^{-3}$, the cross-entropy of every next-token prediction.
+# Every 20 steps we evaluate on the test set: the loss on first
+# occurrences and on repeated tokens, the best previous-token score among
+# layer 0's heads and the best induction score among layer 1's.
+
+# %%
+STEPS, EVERY = 400, 20
+generator = torch.Generator().manual_seed(0)
+optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+history = {"step": [], "first": [], "repeated": [], "prev": [], "ind": []}
+start = time.perf_counter()
+for step in range(STEPS + 1):
+    if step % EVERY == 0:
+        first_loss, repeated_loss, maps = evaluate(model)
+        previous, induction = head_scores(maps)
+        best = (previous[0].max(), induction[1].max())
+        measured = (step, first_loss, repeated_loss, *best)
+        for key, value in zip(history, measured, strict=True):
+            history[key].append(float(value))
+    if step % 100 == 0:
+        print(
+            f"step {step:3d}  loss: first {first_loss:.3f},"
+            f" repeated {repeated_loss:.3f}"
+        )
+    if step == STEPS:
+        break
+    tokens = make_batch(64, generator)
+    logits, _ = model(tokens)
+    loss = F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:])
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+print(f"trained {STEPS} steps in {time.perf_counter() - start:.1f} s")
+
+# %% [markdown]
+# Two stages show in the curves. First the loss on repeated tokens
+# drifts down from $\ln V$ to a little over 2 nats: the model learns that
+# the next token is probably one it has already seen in this sequence,
+# without knowing which (exercise 1 shows that a single layer gets this
+# far). Then, between two evaluations, it collapses by more than a nat,
+# and the previous-token and induction scores make their largest jumps
+# in that interval or next to it: the **phase change**, in which the two
+# heads of the circuit form together. The loss on first occurrences stays
+# near $\ln V$ throughout: there is nothing to learn about a token never
+# seen, only how to copy from context. The cell finds the largest drop
+# and asserts all three.
+
+# %% caption="Training of the attention-only model, evaluated every 20 steps on the 1000 test sequences. Left: the loss on first occurrences stays near ln V (dashed); the loss on repeated tokens (log scale) first drifts down from ln V to about 2 nats, then collapses by more than a nat within one interval of 20 steps (shaded) and ends near zero. Right: the best previous-token score among layer 0's heads and the best induction score among layer 1's heads, both rising from near zero to well above 0.5 and making their largest jump in or next to the shaded interval."
+drops = -torch.tensor(history["repeated"]).diff()  # per interval of 20
+jumps = {key: torch.tensor(history[key]).diff() for key in ("prev", "ind")}
+phase = int(drops.argmax())  # the interval of the largest drop
+steps = [int(step) for step in history["step"]]
+lo, hi = steps[phase], steps[phase + 1]
+print(
+    f"largest drop of the repeated-token loss: steps {lo} to {hi},"
+    f" from {history['repeated'][phase]:.2f}"
+    f" to {history['repeated'][phase + 1]:.2f} nats"
+)
+for key, name in (("prev", "previous-token"), ("ind", "induction")):
+    i = int(jumps[key].argmax())
+    print(
+        f"largest jump of the {name} score: steps {steps[i]} to {steps[i + 1]}"
+    )
+print(
+    f"final loss: first occurrences {history['first'][-1]:.3f},"
+    f" repeated {history['repeated'][-1]:.4f}"
+)
+assert history["repeated"][0] > 0.9 * math.log(V)  # starts at chance
+assert history["repeated"][-1] < 0.1  # ends almost certain
+assert history["first"][-1] > 0.95 * math.log(V - L)  # nothing to learn
+# The first stage: well below chance but far from solved ...
+assert 1.5 < history["repeated"][phase] < 0.8 * math.log(V)
+# ... then more than a nat in one interval, with both heads forming.
+assert drops[phase] > 1
+assert all(abs(int(jump.argmax()) - phase) <= 1 for jump in jumps.values())
+
+fig, (ax_loss, ax_score) = plt.subplots(
+    1, 2, figsize=(8.5, 3.2), layout="constrained"
+)
+ax_loss.plot(history["step"], history["first"], label="first occurrences")
+ax_loss.plot(history["step"], history["repeated"], label="repeated tokens")
+ax_loss.axhline(math.log(V), color="grey", ls="--", label="ln V")
+ax_loss.set(
+    yscale="log", xlabel="step", ylabel="test loss (nats)", title="Loss"
+)
+ax_score.plot(
+    history["step"], history["prev"], label="previous-token (layer 0)"
+)
+ax_score.plot(history["step"], history["ind"], label="induction (layer 1)")
+ax_score.set(
+    xlabel="step",
+    ylabel="best head's score",
+    ylim=(0, 1.05),
+    title="Head scores",
+)
+for ax in (ax_loss, ax_score):
+    ax.axvspan(lo, hi, color="grey", alpha=0.2, lw=0)
+    ax.legend(loc="center right")
+
+# %% [markdown]
+# ## 5. The two heads
+#
+# Scores for all four heads of the trained model:
+
+# %%
+first_loss, repeated_loss, maps = evaluate(model)
+previous, induction = head_scores(maps)
+layers, H = previous.shape
+for layer in range(layers):
+    for h in range(H):
+        print(
+            f"layer {layer}, head {h}: previous-token {previous[layer, h]:.2f},"
+            f" induction {induction[layer, h]:.2f}"
+        )
+prev_head = (0, int(previous[0].argmax()))  # the best of each kind
+ind_head = (1, int(induction[1].argmax()))
+previous_heads = [(0, h) for h in range(H) if previous[0, h] > 0.5]
+induction_heads = [(1, h) for h in range(H) if induction[1, h] > 0.5]
+print(f"previous-token heads (score > 0.5): {previous_heads}")
+print(f"induction heads (score > 0.5): {induction_heads}")
+assert previous[prev_head] > 0.5 and induction[ind_head] > 0.8
+# Each job belongs to one layer: no layer-1 head reads the previous
+# token, no layer-0 head does induction (it cannot: see below).
+assert previous[1].max() < 0.2 and induction[0].max() < 0.2
+
+# %% [markdown]
+# Nothing stops two heads of a layer from learning the same job, so the
+# cell lists every head whose score exceeds 0.5 (runs with other seeds
+# differ in how many heads take each job). The maps of the best
+# previous-token head and of the best induction head on the first test
+# sequence show the two patterns, and also where each head does *not*
+# do its job.
+
+# %% caption="Attention maps of the best previous-token head (left, layer 0) and the best induction head (right, layer 1) on the first test sequence, queries as rows and keys as columns, labelled with their tokens. Left: the rows of the first 20 tokens put their weight one place left of the diagonal; the rows of the repeated half spread theirs. Right: the rows of the repeated half (from query 20) put their weight on the key 11 places left of the diagonal, the successor of the earlier occurrence of their token; the rows before read the first few keys."
+labels = list(spell(x_test[0]))
+first_maps = maps[:, 0]  # (layers, H, L, L): the first test sequence
+fig = plt.figure(figsize=(9, 4.6), layout="constrained")
+fig = attention.plot_attention_heads(
+    torch.stack([first_maps[prev_head], first_maps[ind_head]]),
+    query_labels=labels,
+    key_labels=labels,
+    ncols=2,
+    fig=fig,
+    titles=[
+        "previous-token head (layer {}, head {})".format(*prev_head),
+        "induction head (layer {}, head {})".format(*ind_head),
+    ],
+)
+
+# %% [markdown]
+# Measured over all 1000 test sequences rather than read off one
+# picture:
+
+# %%
+seen = torch.arange(1, start_repeat)  # queries 1..19: first occurrences
+again = torch.arange(start_repeat, L - 1)  # 20..30: repeated tokens
+prev_maps = maps[prev_head[0], :, prev_head[1]]  # (n, L, L)
+ind_maps = maps[ind_head[0], :, ind_head[1]]
+on_previous = prev_maps[:, seen, seen - 1].mean().item()
+on_previous_again = prev_maps[:, again, again - 1].mean().item()
+on_successor = ind_maps[:, again, again - TEST_PERIOD + 1].mean().item()
+on_first_keys = ind_maps[:, seen, :4].sum(-1).mean().item()
+print("previous-token head, weight on key i - 1:")
+print(
+    f"  first occurrences {on_previous:.2f}, repeated half {on_previous_again:.2f}"
+)
+print("induction head:")
+print(f"  repeated half, on the successor key: {on_successor:.2f}")
+print(f"  first occurrences, on keys 0 to 3: {on_first_keys:.2f}")
+assert on_previous > 0.8 and on_previous_again < 0.5
+assert on_successor > 0.9 and on_first_keys > 0.8
+
+# %% [markdown]
+# The previous-token head does its job where it is needed. The induction
+# head looks for keys that *follow* an earlier copy of the query's token,
+# and in these sequences every such key lies in the first 20 positions:
+# nothing in the task rewards writing the previous token into the
+# positions of the repeated half, and there the head's weight spreads. The induction head, for its
+# part, finds nothing to match on a first occurrence, and parks its
+# weight on the first few keys.
+
+# %% [markdown]
+# Why does it take **two** layers? The induction head's query at token
+# "K" must find the position whose *previous* token was "K". A key at
+# position $j$ carries, after layer 0, only its own token and position,
+# unless a layer-0 head copied its predecessor's token into it: that is
+# the previous-token head's job. The layer-1 head then matches its own
+# token (query) against "my predecessor was…" (key): Olsson et al. call
+# this **K-composition**, keys built from an earlier head's output. A
+# single layer cannot do it, which is why no layer-0 head scored as an
+# induction head.
+#
+# ## 6. Switching heads off
+#
+# Maps show where a head reads, not whether the model needs it. An
+# **ablation** answers that: zero a head's output and measure the loss
+# again. If the circuit is as described, removing the previous-token
+# head, or all induction heads, should send the loss on repeated tokens
+# back towards chance, while first occurrences do not care; and without
+# the previous-token head, the induction head should lose its pattern,
+# since its keys no longer carry the predecessor's token. We switch off
+# each head alone, then the induction heads together.
+
+# %%
+ablations = {"none": []}
+for layer in range(layers):
+    for h in range(H):
+        ablations[f"layer {layer}, head {h}"] = [(layer, h)]
+ablations["previous-token heads"] = previous_heads
+ablations["induction heads"] = induction_heads
+results = {}
+print(
+    f"{'ablated':<20} {'first':>6} {'repeated':>9} {'induction score':>16}"
+)
+for name, heads in ablations.items():
+    f, r, ablated_maps = evaluate(model, ablate=heads)
+    score = head_scores(ablated_maps)[1][ind_head]
+    results[name] = (f, r, score)
+    print(f"{name:<20} {f:>6.3f} {r:>9.3f} {score:>16.2f}")
+
+without_prev = results["previous-token heads"]
+without_ind = results["induction heads"]
+# The circuit, cut at either end, loses most of what was learned ...
+assert without_prev[1] > 0.5 * math.log(V)
+assert without_ind[1] > 0.5 * math.log(V)
+# ... first occurrences hardly change ...
+assert all(abs(f - first_loss) < 0.3 for f, _, _ in results.values())
+# ... and the induction head needs the previous-token head (K-composition).
+assert without_prev[2] < 0.3 < 0.8 < induction[ind_head]
+
+# %% [markdown]
+# Without the previous-token head, or without the induction heads, the
+# loss on repeated tokens climbs most of the way back to chance (asserted:
+# above half of $\ln V$), and first occurrences do not notice (asserted:
+# within 0.3 nats). Without the previous-token head, the induction head
+# still runs, but its score collapses: its pattern was computed from what
+# the previous-token head wrote. (An ablation replaces a head's output,
+# not its map, so an ablated induction head keeps its own score: the last
+# column measures the best induction head as the rest of the model leaves
+# it.) Where layer 1 holds two induction heads, each carries part of the
+# job: switching off one raises the loss on repeated tokens part of the
+# way, switching off both all the way. A job split between heads is one
+# reason why ablating a single head in a large model can understate what
+# it does.
+#
+# ## 7. Beyond the periods it was trained on
+#
+# During training the period was at most 12, so no earlier copy of a
+# token lay more than 12 places back. A mechanism that had memorised
+# "look back $p$ places" for the $p$ values it saw would fail on any
+# other period; a head that matches content should not care. Test
+# periods 13 to 16 in the layout of the test set (a filler, then the
+# segment twice, $L - 2p$ filler tokens), scoring the next-token
+# accuracy on every repeated target after the first:
+
+# %%
+print(f"{'period':>6} {'accuracy':>9}  per query of the repeated half")
+accuracy, later = {}, {}
+for period in range(TEST_PERIOD, 17):
+    tokens = make_batch(
+        1000, torch.Generator().manual_seed(period), period, L - 2 * period
+    )
+    with torch.no_grad():
+        logits, _ = model(tokens)
+    # queries L - p .. L - 2 predict the repeated targets after the first
+    hits = (
+        logits[:, L - period : -1].argmax(-1)
+        == tokens[:, L - period + 1 :]
+    )
+    accuracy[period] = hits.float().mean().item()
+    later[period] = hits[:, 2:].float().mean().item()  # all but 2 first
+    per_query = " ".join(f"{a:.2f}" for a in hits.float().mean(0).tolist())
+    print(f"{period:>6} {accuracy[period]:>9.3f}  {per_query}")
+assert accuracy[TEST_PERIOD] > 0.99  # trained
+assert accuracy[13] > 0.99 and accuracy[14] > 0.99  # never seen
+assert min(accuracy.values()) > 0.8
+assert min(later.values()) > 0.99  # the misses: in the first two queries
+
+# %% [markdown]
+# On periods 13 and 14, never seen in training, the model is as accurate
+# as on the test period (asserted: above 99 %): it finds the earlier copy
+# by its content, not at a memorised distance. The per-query accuracies
+# show where this stops: at period 16 the misses are all in the first
+# two queries of the repeated half (asserted: every later query is right
+# more than 99 % of the time), whose earlier copies sit at positions 1
+# and 2, at the very start of the sequence and 15 places back, further
+# than any copy in training. The content match extends beyond the
+# training range, but not without limit: "the model learned the
+# algorithm" is a claim with a
+# range, measured here, not assumed.
+#
+# %% [markdown]
+# ## 8. What attention maps do and do not explain
+#
+# It is tempting to read every attention map as an explanation, and here
+# the maps did point at the right heads. But a map is only one part of
+# the computation: it says **where** a head reads, not **what** it moves
+# (that is the value and output projections) nor whether the model
+# **uses** it. Jain and Wallace (2019) showed that in trained text
+# classifiers, attention weights often correlate weakly with other
+# measures of importance, and that very different weights can give the
+# same prediction; Wiegreffe and Pinter (2019) answered that this does not
+# make attention meaningless, only that whether it explains a model must
+# be tested, not assumed.
+#
+# This page tested it: the claims rest on ablations (section 6), an
+# intervention that changes the output, and on a held-out case the
+# mechanism predicts (section 7), whose limits it also found. The maps named candidates; the
+# measurements confirmed them. In larger models, heads share work and
+# back each other up, and a single ablation can show little even for an
+# important head: the evidence has to be gathered the same way, one
+# intervention at a time.
+#
+# ## Summary
+#
+# - A two-layer attention-only transformer trained on sequences with
+#   repeats learns, by itself, a **previous-token head** in layer 0 and an
+#   **induction head** in layer 1, found by their scores (asserted above
+#   0.5 and 0.8).
+# - It learns them suddenly: the loss on repeated tokens and the induction
+#   score change at the same moment (the **phase change**).
+# - Ablation shows both heads are necessary, and that the induction head's
+#   pattern is built from the previous-token head's output
+#   (**K-composition**).
+# - The circuit works on periods it never saw: it matches content, not
+#   offsets, within a range that the test measures.
+#
+# ## Exercises
+#
+# 1. **One layer.** Train `AttentionOnly(num_layers=1)`. Does the loss on
+#    repeated tokens fall, and how far? *Hint:* what can one layer learn
+#    about the tokens already in the context without knowing their order?
+# 2. **No positions.** Replace `self.positions` by `nn.Identity()`. Does
+#    a previous-token head still form? *Hint:* with a causal mask, what
+#    tells query $i$ which key is $i - 1$?
+# 3. **Ambiguous repeats.** Draw the filler and segment tokens with
+#    `torch.randint` instead of a permutation, so that a token can occur
+#    twice before the repeat. What does the induction head do when the
+#    query's token has two earlier occurrences?
+#
+# **Answers** (from our runs with the settings of this page).
+# (1) It falls, but only to about 2 nats after 400 steps (and no lower
+# after 1000), against almost 0 with two layers. One layer can learn that
+# the next token is probably one it has already seen (a uniform guess
+# among the 12 tokens of the segment would score $\ln 12 \approx 2.5$),
+# but not which one: that needs keys that carry their predecessor.
+# (2) Not within 1000 steps: every previous-token score stays near 0.1,
+# what a uniform row gives, and the loss on repeated tokens above 2.5
+# nats. A causal mask does leak some order (see
+# [positional information](../../concepts/positional-information/)),
+# but too coarsely to single out key $i - 1$. (3) The model still learns
+# the circuit, and where the query's token occurred twice before, the
+# induction head splits its weight between the two successors, more on
+# the later one (about 0.7 against 0.3, averaged over the test queries at
+# position 25 with two earlier occurrences).
+#
+# ## References
+#
+# - Olsson, Elhage, Nanda et al., *In-context Learning and Induction
+#   Heads*, Transformer Circuits Thread, 2022.
+# - Elhage, Nanda, Olsson et al., *A Mathematical Framework for
+#   Transformer Circuits*, Transformer Circuits Thread, 2021.
+# - Jain and Wallace, *Attention is not Explanation*, NAACL 2019.
+# - Wiegreffe and Pinter, *Attention is not not Explanation*, EMNLP 2019.
+#
+# **Where next:** [train a tiny transformer](../09_train_a_tiny_transformer/)
+# on a task where the pattern is fixed by position, or read how
+# [multi-head attention](../../concepts/multi-head-attention/) splits the
+# work between heads.
