@@ -166,10 +166,16 @@ def on_files(files: Files, config: Any) -> Files:
         files.remove(file)
         files.append(page)  # MkDocs reads the pages in this order
     # Pages that time code while they are built go after the tutorials, whose content
-    # waits for the last kernel: they measure on quiet cores, not beside two kernels.
+    # waits for their kernels: they measure with a core to themselves, not beside two
+    # kernels. All but the last tutorial come before them: once those are read, at
+    # most one kernel (the last one queued, which is the last in the nav) still runs,
+    # on the other core, and the timed pages need not wait for it too.
     for file in [f for f in files if f.src_uri.endswith(".md") and _measures_time(f)]:
         files.remove(file)
         files.append(file)
+    if sources:
+        files.remove(page)  # the last tutorial, read after the timed pages
+        files.append(page)
     return files
 
 
