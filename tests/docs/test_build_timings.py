@@ -12,7 +12,8 @@ said "the slopes fall below 2" next to measured slopes of 2.9 and 3.6.
 So a build-time timing follows four rules, checked here on the sources:
 
 * a page that times code says so in its front matter (``measures_time: true``): the
-  build then renders it after the kernels have finished, on quiet cores;
+  build then renders it once at most one tutorial kernel still runs, so that it has
+  a core to itself;
 
 * it reads the CPU time of one thread (``time.thread_time``) with torch on one thread,
   which counts the work of the call and not the waiting; a concept page runs in the
