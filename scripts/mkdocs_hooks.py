@@ -153,30 +153,57 @@ def on_files(files: Files, config: Any) -> Files:
     """Start the tutorials' kernels and swap each ``.py`` for the page its run makes."""
     sources = [f for f in files if TUTORIAL.match(f.src_uri)]
     docs = Path(config["docs_dir"])
-    runs = notebooks.start_all([docs / f.src_uri for f in sources], _cache_dir())
+    queue = _queue_order(sources, (docs / "tutorials" / "index.md").read_text("utf-8"))
+    runs = dict(
+        zip(
+            queue, notebooks.start_all([docs / f.src_uri for f in queue], _cache_dir()), strict=True
+        )
+    )
     log.info(
         "Executing %d tutorials (%d at a time) while the other pages render...",
         len(sources),
         min(len(sources), os.cpu_count() or 1),
     )
     _executed.clear()
-    for file, run in zip(sources, runs, strict=True):
-        page = TutorialFile(file.src_uri, file.src_dir, file.dest_dir, file.use_directory_urls)
-        page.run = run
+    pages = {}
+    for file in sources:
+        page = pages[file] = TutorialFile(
+            file.src_uri, file.src_dir, file.dest_dir, file.use_directory_urls
+        )
+        page.run = runs[file]
         files.remove(file)
         files.append(page)  # MkDocs reads the pages in this order
     # Pages that time code while they are built go after the tutorials, whose content
     # waits for their kernels: they measure with a core to themselves, not beside two
-    # kernels. All but the last tutorial come before them: once those are read, at
-    # most one kernel (the last one queued, which is the last in the nav) still runs,
-    # on the other core, and the timed pages need not wait for it too.
+    # kernels. All but the last tutorial queued come before them: once those are read,
+    # at most that one kernel still runs, on the other core, and the timed pages need
+    # not wait for it too.
     for file in [f for f in files if f.src_uri.endswith(".md") and _measures_time(f)]:
         files.remove(file)
         files.append(file)
-    if sources:
-        files.remove(page)  # the last tutorial, read after the timed pages
-        files.append(page)
+    if queue:
+        last = pages[queue[-1]]  # read after the timed pages
+        files.remove(last)
+        files.append(last)
     return files
+
+
+def _queue_order(sources: list[File], index: str) -> list[File]:
+    """The order in which the kernels take the tutorials: the longest runs last, beside
+    the timed pages (see on_files); the others longest first, so that the short ones
+    fill the gaps at the end. The run times are those the tutorials index gives
+    readers ("about 20 s"); a tutorial it does not time counts as short."""
+    seconds = run_times(index)
+    ordered = sorted(sources, key=lambda f: -seconds.get(Path(f.src_uri).name, 0.0))
+    return ordered[1:] + ordered[:1]
+
+
+_RUN_TIME = re.compile(r"\((\d\d_[^)/]+\.py)\).*\|\s*about (\d+(?:\.\d+)?) s\s*\|\s*$")
+
+
+def run_times(index: str) -> dict[str, float]:
+    """``{"09_x.py": 20.0, ...}`` from the rows of the tutorials index."""
+    return {m[1]: float(m[2]) for line in index.splitlines() if (m := _RUN_TIME.search(line))}
 
 
 def _measures_time(file: File) -> bool:

@@ -8,6 +8,7 @@ a readable traceback when one breaks.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +43,6 @@ def test_tutorial_is_listed_in_the_nav_and_the_index(tutorial: Path) -> None:
     assert rel in (ROOT / "mkdocs.yml").read_text(), f"{rel} is missing from nav in mkdocs.yml"
     index = (ROOT / "docs" / "tutorials" / "index.md").read_text()
     assert f"({tutorial.name})" in index, f"{tutorial.name} is missing from tutorials/index.md"
+    # Its run time, which readers see and by which the build orders the kernels' queue.
+    row = re.search(rf"\({re.escape(tutorial.name)}\).*\| about \d+ s \|$", index, re.MULTILINE)
+    assert row, f"tutorials/index.md gives no run time ('about N s') for {tutorial.name}"
