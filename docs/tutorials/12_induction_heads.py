@@ -23,8 +23,8 @@
 # see what it was doing.
 #
 # Nobody tells the model to build this circuit. The data only rewards it:
-# a token that repeated once is likely to repeat again, followed by
-# whatever followed it the first time.
+# once a stretch of tokens starts to repeat, the next token is whatever
+# followed the current one the time before.
 
 # %%
 import math
@@ -139,8 +139,10 @@ print(f"chance: ln V = {math.log(V):.3f} nats")
 # go in, and a linear read-out gives $V$ logits per position.
 #
 # `ablate` names heads to switch off: a forward pre-hook on the output
-# projection zeroes those heads' slices of its input, exactly as if the
-# heads had returned zeros. Section 5 uses it.
+# projection replaces those heads' slices of its input by their mean over
+# the batch and the positions, as if each head returned the same vector
+# for every token. Section 6 uses it, and says why the mean rather than
+# zeros.
 
 
 # %%
@@ -164,7 +166,8 @@ class AttentionOnly(nn.Module):
     def forward(self, tokens, ablate=()):  # tokens: (B, L) integers
         """Logits (B, L, V) and maps (layers, B, H, L, L).
 
-        ablate: (layer, head) pairs whose outputs are replaced by zeros.
+        ablate: (layer, head) pairs whose outputs are replaced by their
+        mean over the batch and the positions.
         """
         hooks = [
             self.attns[layer].out_proj.register_forward_pre_hook(
@@ -457,8 +460,14 @@ assert on_successor > 0.9 and on_first_keys > 0.8
 # ## 6. Switching heads off
 #
 # Maps show where a head reads, not whether the model needs it. An
-# **ablation** answers that: zero a head's output and measure the loss
-# again. If the circuit is as described, removing the previous-token
+# **ablation** answers that: switch a head off and measure the loss
+# again. Here "off" is **mean ablation**: the head's output is replaced
+# by its average, which removes what it says about *this* input and keeps
+# its constant contribution. Replacing it by zeros would also remove that
+# constant, which the layers after it were trained to expect; in our runs
+# zeroing both induction heads pushed even the loss on first occurrences
+# above $\ln V$, a model broken in a way that says nothing about the
+# circuit. If the circuit is as described, removing the previous-token
 # head, or all induction heads, should send the loss on repeated tokens
 # back towards chance, while first occurrences do not care; and without
 # the previous-token head, the induction head should lose its pattern,
@@ -568,9 +577,9 @@ assert min(later.values()) > 0.99  # the misses: in the first two queries
 # be tested, not assumed.
 #
 # This page tested it: the claims rest on ablations (section 6), an
-# intervention that changes the output, and on a held-out case the
-# mechanism predicts (section 7), whose limits it also found. The maps named candidates; the
-# measurements confirmed them. In larger models, heads share work and
+# intervention that changes the output, and on held-out periods the
+# mechanism should handle (section 7), which also found its limit. The
+# maps named candidates; the measurements confirmed them. In larger models, heads share work and
 # back each other up, and a single ablation can show little even for an
 # important head: the evidence has to be gathered the same way, one
 # intervention at a time.

@@ -197,7 +197,7 @@ assert not set(test_numbers) & set(train_numbers)
 # with $H = 4$ heads of size $D = 8$. The decoder layer takes an optional
 # `cache`, a pair of
 # [`attention.KVCache`](../../reference/kv_cache/#attention.kv_cache.KVCache)
-# objects, for decoding one token at a time (section 5).
+# objects, for decoding one token at a time (sections 4 and 5).
 
 
 # %%
