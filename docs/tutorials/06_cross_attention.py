@@ -641,5 +641,7 @@ assert gap > 0.1
 # </details>
 #
 # **Where next:** the [concept page](../../concepts/self-cross-causal/)
-# compares self-, cross- and causal attention, and
-# [Masks](../../concepts/masks/) covers padding and causal masks in detail.
+# compares self-, cross- and causal attention,
+# [Masks](../../concepts/masks/) covers padding and causal masks in detail,
+# and [a complete encoder-decoder Transformer](../13_encoder_decoder_transformer/)
+# trains cross-attention end to end and measures the alignment it learns.

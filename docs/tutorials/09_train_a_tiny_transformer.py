@@ -664,4 +664,7 @@ legend = fig.legend(
 # [positional information](../../concepts/positional-information/),
 # [multi-head attention](../../concepts/multi-head-attention/) and
 # [self-, cross- and causal attention](../../concepts/self-cross-causal/)
-# explain the pieces used here.
+# explain the pieces used here. Two tutorials train more:
+# [induction heads](../12_induction_heads/), a circuit a model finds by
+# itself, and [a complete encoder-decoder
+# Transformer](../13_encoder_decoder_transformer/) with beam search.
