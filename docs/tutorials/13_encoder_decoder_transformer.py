@@ -471,7 +471,7 @@ ax_loss.set(
     ylabel="training loss (nats)",
     title="Label-smoothed loss",
 )
-ax_loss.legend()
+legend = ax_loss.legend()
 
 # %% [markdown]
 # ## 4. Greedy decoding, with and without a cache
@@ -780,7 +780,7 @@ for ax, n in zip(axes, examples, strict=True):
     ax.set_yticks(range(len(predicted)), predicted)
     ax.set_title(str(n))
 axes[0].set_ylabel("predicts")
-fig.colorbar(image, ax=axes, label="weight", shrink=0.8)
+colorbar = fig.colorbar(image, ax=axes, label="weight", shrink=0.8)
 
 # %% [markdown]
 # ## 7. Pre-LN and Post-LN, with and without warm-up

@@ -56,6 +56,10 @@ def test_tutorials_were_executed_with_outputs(built_site: Path) -> None:
         assert cells >= code_cells > 3, f"{tutorial.name}: {cells} cells for {code_cells}"
         assert outputs > 3, f"{tutorial.name}: {outputs} outputs"
         assert "Traceback" not in html
+        # A cell ending in a call that returns an object (ax.legend(), fig.colorbar())
+        # shows its repr, "<matplotlib.legend.Legend at 0x7f...>": noise, not output.
+        stray = re.findall(r"&lt;[\w.]+(?: object)? at 0x[0-9a-f]+&gt;", html)
+        assert not stray, f"{tutorial.name} shows object reprs: {stray}"
         # the source and the executed notebook are offered for download next to the page
         assert f'href="{tutorial.name}" download' in html
         assert f'href="{tutorial.stem}.ipynb" download' in html
