@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sequence
 from numbers import Integral, Real
 from typing import TYPE_CHECKING, TypeGuard
 
@@ -257,10 +258,27 @@ def check_value(value: object, key: Tensor, enable_gqa: bool, query_heads: int =
     return value
 
 
-def broadcast(*shapes: torch.Size) -> bool:
+def broadcast_shapes(*shapes: Sequence[int]) -> torch.Size:
+    """The shape that ``shapes`` broadcast to, as ``torch.broadcast_shapes`` gives it.
+
+    Raises ``ValueError`` where they do not broadcast. Written out because the first
+    call of ``torch.broadcast_shapes`` imports ``torch._refs``, about half a second:
+    every fresh process would pay it on its first attention call.
+    """
+    result = [1] * max((len(shape) for shape in shapes), default=0)
+    for shape in shapes:
+        for axis, size in enumerate(shape, len(result) - len(shape)):
+            if size != 1 and size != result[axis]:
+                if result[axis] != 1:
+                    raise ValueError(f"shapes {[tuple(s) for s in shapes]} do not broadcast")
+                result[axis] = size
+    return torch.Size(result)
+
+
+def broadcast(*shapes: Sequence[int]) -> bool:
     """Whether the shapes broadcast together."""
     try:
-        torch.broadcast_shapes(*shapes)  # type: ignore[no-untyped-call]
-    except RuntimeError:
+        broadcast_shapes(*shapes)
+    except ValueError:
         return False
     return True

@@ -45,6 +45,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attention._checks import broadcast_shapes
 from attention.functional import working_dtype
 
 # On a CPU, PyTorch's vectorised float32 exp falls back to a scalar loop for any
@@ -222,7 +223,7 @@ def tiled_attention(
     # Where only the value has a leading axis (3 values of one query and key, say), the
     # scores of a block would be updated in place at a shape they lack: the query is
     # broadcast to every leading axis first (a view; autograd sums it back).
-    batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])  # type: ignore[no-untyped-call]
+    batch = broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
     query = query.expand(*batch, *query.shape[-2:])
     out, _ = _TiledAttention.apply(query, key, value, attn_mask, schedule, scale)  # type: ignore[no-untyped-call]
     if enable_gqa:
@@ -431,7 +432,7 @@ def _forward(
     scale: float,
 ) -> tuple[Tensor, Tensor]:
     L, Dv = query.shape[-2], value.shape[-1]
-    batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])  # type: ignore[no-untyped-call]
+    batch = broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
     mask = _expand_mask(attn_mask, L, schedule.S)
     out = query.new_zeros(*batch, L, Dv)
     lse = query.new_full((*batch, L), float("inf"))  # +inf: "attends to nothing"

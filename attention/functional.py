@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from attention._checks import (
+    broadcast_shapes,
     check_attn_mask,
     check_mask_or_causal,
     check_probability,
@@ -240,7 +241,7 @@ def default_scale(query: Tensor, scale: float | None) -> float:
 def scores_shape(query: Tensor, key: Tensor, enable_gqa: bool) -> torch.Size:
     """``(..., L, S)``: the query's and key's leading dimensions broadcast together."""
     heads = 3 if enable_gqa else 2  # with GQA the head axes differ (H vs Hkv): keep H
-    batch = torch.broadcast_shapes(query.shape[:-heads], key.shape[:-heads])  # type: ignore[no-untyped-call]
+    batch = broadcast_shapes(query.shape[:-heads], key.shape[:-heads])
     return torch.Size((*batch, *query.shape[-heads:-1], key.shape[-2]))
 
 

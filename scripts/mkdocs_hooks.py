@@ -111,6 +111,8 @@ def on_page_markdown(markdown: str, page: Any, files: Files, **kwargs: Any) -> s
         sys.path.insert(0, SCRIPTS)
     if isinstance(page.file, TutorialFile):
         markdown = _source_links(markdown, page.file, files)
+    if page.meta.get("measures_time"):
+        _threads_for_timing()
     _render_started[page.file.src_uri] = time.perf_counter()
     return markdown
 
@@ -153,18 +155,19 @@ def on_files(files: Files, config: Any) -> Files:
     """Start the tutorials' kernels and swap each ``.py`` for the page its run makes."""
     sources = [f for f in files if TUTORIAL.match(f.src_uri)]
     docs = Path(config["docs_dir"])
-    queue = _queue_order(sources, (docs / "tutorials" / "index.md").read_text("utf-8"))
-    runs = dict(
-        zip(
-            queue, notebooks.start_all([docs / f.src_uri for f in queue], _cache_dir()), strict=True
-        )
+    early, late = _lanes(sources, (docs / "tutorials" / "index.md").read_text("utf-8"))
+    queue = early + late
+    started = notebooks.start_all(
+        [docs / f.src_uri for f in queue], _cache_dir(), serial_tail=len(late)
     )
+    runs = dict(zip(queue, started, strict=True))
     log.info(
         "Executing %d tutorials (%d at a time) while the other pages render...",
         len(sources),
         min(len(sources), os.cpu_count() or 1),
     )
     _executed.clear()
+    _threads_while_kernels_run()
     pages = {}
     for file in sources:
         page = pages[file] = TutorialFile(
@@ -175,27 +178,65 @@ def on_files(files: Files, config: Any) -> Files:
         files.append(page)  # MkDocs reads the pages in this order
     # Pages that time code while they are built go after the tutorials, whose content
     # waits for their kernels: they measure with a core to themselves, not beside two
-    # kernels. All but the last tutorial queued come before them: once those are read,
-    # at most that one kernel still runs, on the other core, and the timed pages need
-    # not wait for it too.
+    # kernels. The late lane's tutorials come after them: their one kernel runs on the
+    # other core while the timed pages measure, so that core is not left idle.
     for file in [f for f in files if f.src_uri.endswith(".md") and _measures_time(f)]:
         files.remove(file)
         files.append(file)
-    if queue:
-        last = pages[queue[-1]]  # read after the timed pages
-        files.remove(last)
-        files.append(last)
+    for file in late:
+        files.remove(pages[file])
+        files.append(pages[file])
     return files
 
 
-def _queue_order(sources: list[File], index: str) -> list[File]:
-    """The order in which the kernels take the tutorials: the longest runs last, beside
-    the timed pages (see on_files); the others longest first, so that the short ones
-    fill the gaps at the end. The run times are those the tutorials index gives
-    readers ("about 20 s"); a tutorial it does not time counts as short."""
+_torch_threads: list[int] = []  # torch's own choice, while the build overrides it
+
+
+def _threads_while_kernels_run() -> None:
+    """One intra-op thread for the code the pages run while two kernels share the
+    cores: two threads of one parallel region, one of them waiting for a core a kernel
+    holds, made the pages' code more than twice as slow as alone."""
+    import torch
+
+    if not _torch_threads:
+        _torch_threads.append(torch.get_num_threads())
+    torch.set_num_threads(1)
+
+
+def _threads_for_timing() -> None:
+    """Give the timed pages the threads torch would have chosen: they measure what a
+    reader's default session runs."""
+    import torch
+
+    if _torch_threads:
+        torch.set_num_threads(_torch_threads[0])
+
+
+# About how long the timed pages take to build, on one core: the late lane's share.
+TIMED_PAGES_SECONDS = 40.0
+
+
+def _lanes(sources: list[File], index: str) -> tuple[list[File], list[File]]:
+    """Split the tutorials into an early lane, run two at a time while the other pages
+    render, and a late lane, run one after another in one kernel while the timed pages
+    measure (see on_files).
+
+    The late lane takes the longest tutorials, as many as fit in
+    ``TIMED_PAGES_SECONDS``; the early lane runs longest first, so that the short ones
+    fill the gaps at its end. The run times are those the tutorials index gives
+    readers ("about 20 s"); a tutorial it does not time counts as short.
+    """
     seconds = run_times(index)
     ordered = sorted(sources, key=lambda f: -seconds.get(Path(f.src_uri).name, 0.0))
-    return ordered[1:] + ordered[:1]
+    late: list[File] = []
+    budget = TIMED_PAGES_SECONDS
+    for file in ordered:
+        cost = seconds.get(Path(file.src_uri).name, 0.0)
+        if not late or 0 < cost <= budget:
+            late.append(file)
+            budget -= cost
+    early = [f for f in ordered if f not in late]
+    return early, late
 
 
 _RUN_TIME = re.compile(r"\((\d\d_[^)/]+\.py)\).*\|\s*about (\d+(?:\.\d+)?) s\s*\|\s*$")

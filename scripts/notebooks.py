@@ -228,28 +228,43 @@ def _number_from_one(notebook: NotebookNode) -> None:
 
 
 def start_all(
-    sources: list[Path], cache_dir: Path | None = None, workers: int | None = None
+    sources: list[Path],
+    cache_dir: Path | None = None,
+    workers: int | None = None,
+    serial_tail: int = 0,
 ) -> list[concurrent.futures.Future[Executed]]:
     """Start executing the tutorials side by side and return at once: the caller
     collects each run from its future when it needs it.
 
     ``workers`` threads (default: one per core) each keep one kernel and take the next
-    tutorial from a shared queue, in the order given, until none is left.
+    tutorial from a shared queue, in the order given, until none is left. The last
+    ``serial_tail`` tutorials run one after another in a single kernel: the first
+    worker to reach them runs them all and the others stop, leaving their cores to the
+    caller (the build times code on its own thread meanwhile).
     """
     cores = os.cpu_count() or 1
     workers = workers or min(len(sources), cores) or 1
     threads = max(1, cores // workers)
     futures = [concurrent.futures.Future[Executed]() for _ in sources]
     queue = deque(zip(sources, futures, strict=True))
+    lock = threading.Lock()
+    tail_worker: list[int] = []  # the worker that took the tail, once one has
 
-    def work() -> None:
+    def next_run(worker: int) -> tuple[Path, concurrent.futures.Future[Executed]] | None:
+        with lock:
+            if not queue:
+                return None
+            if len(queue) <= serial_tail:
+                if tail_worker and tail_worker[0] != worker:
+                    return None
+                tail_worker[:] = [worker]
+            return queue.popleft()
+
+    def work(worker: int) -> None:
         kernel = Kernel(threads)
         try:
-            while True:
-                try:
-                    source, future = queue.popleft()  # atomic: no lock needed
-                except IndexError:
-                    return
+            while (run := next_run(worker)) is not None:
+                source, future = run
                 try:
                     future.set_result(execute(source, cache_dir, kernel=kernel))
                 except BaseException as error:  # reported by future.result()
@@ -258,7 +273,7 @@ def start_all(
             kernel.shutdown()
 
     for n in range(workers):
-        threading.Thread(target=work, name=f"tutorials-{n}", daemon=True).start()
+        threading.Thread(target=work, args=(n,), name=f"tutorials-{n}", daemon=True).start()
     return futures
 
 

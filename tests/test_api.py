@@ -142,3 +142,41 @@ def test_importing_the_package_imports_neither_torch_dynamo_nor_matplotlib():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False False"
+
+
+def test_first_calls_do_not_import_sympy():
+    """`torch.broadcast_shapes` imports sympy on its first call (through torch's
+    symbolic shapes): 487 modules, half a second, which every fresh process (a reader's
+    script, each child of the memory how-to) paid on its first attention call before
+    the package broadcast shapes itself."""
+    import subprocess
+    import sys
+
+    code = """
+import sys, torch, attention
+q = k = v = torch.randn(1, 2, 8, 4)
+x = torch.randn(1, 4, 8)
+layout = attention.strided_layout(2, stride=1)
+calls = {
+    "scaled_dot_product_attention": lambda: attention.scaled_dot_product_attention(
+        q, k, v, is_causal=True
+    ),
+    "flash_attention": lambda: attention.flash_attention(q, k, v, is_causal=True),
+    "sliding_window_attention": lambda: attention.sliding_window_attention(
+        q, k, v, window=3
+    ),
+    "block_sparse_attention": lambda: attention.block_sparse_attention(
+        q, k, v, layout, 4, is_causal=True
+    ),
+    "linear_attention": lambda: attention.linear_attention(q, k, v),
+    "MultiHeadAttention": lambda: attention.MultiHeadAttention(8, 2)(x, x, x),
+}
+for name, call in calls.items():
+    call()
+    if "sympy" in sys.modules:
+        print(name)
+        break
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "", f"sympy imported by {result.stdout.strip()}"
