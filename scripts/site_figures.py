@@ -331,6 +331,15 @@ def _save_svg(fig: Figure, bbox: Bbox) -> str:
     return buffer.getvalue()
 
 
+def _drop_layout_engine(fig: Figure) -> None:
+    """No layout engine at all, not ``"none"``: that leaves a placeholder engine, and
+    ``savefig`` draws a figure with any engine once more before it renders it (a
+    third of a constrained figure's cost), to let the engine lay it out."""
+    no_default_engine = {"figure.autolayout": False, "figure.constrained_layout.use": False}
+    with mpl.rc_context(no_default_engine):
+        fig.set_layout_engine(None)
+
+
 def render_pair(fig: Figure) -> tuple[str, str]:
     """The figure as SVG text for the light and for the dark colour scheme.
 
@@ -352,7 +361,7 @@ def render_pair(fig: Figure) -> tuple[str, str]:
             pad = mpl.rcParams["savefig.pad_inches"]
             bbox = fig.get_tightbbox().padded(pad)  # what bbox_inches="tight" computes
             if engine is not None:
-                fig.set_layout_engine("none")  # keeps the positions just computed
+                _drop_layout_engine(fig)  # keeps the positions just computed
             rules, gids = _dark_rules(fig, texts)
             for artist, gid in gids:
                 change(artist, "gid", gid)
