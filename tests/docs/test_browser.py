@@ -148,9 +148,12 @@ def check_internal_links(links: set[str], site: Path, site_url: str) -> list[str
     return problems
 
 
-# Per figure: which of its two renders is displayed, and at what size.
+# Per figure: which of its two renders is displayed, and at what size. An explorer's
+# static figure is hidden once the live explorer replaces it (test_explorers.py checks
+# it without JavaScript).
 VISIBLE_FIGURES = """async () => {
-  const figures = [...document.querySelectorAll('figure.site-figure')];
+  const figures = [...document.querySelectorAll('figure.site-figure')]
+    .filter((figure) => !figure.closest('.explorer-static[hidden]'));
   const result = [];
   for (const figure of figures) {
     figure.scrollIntoView();
