@@ -45,6 +45,7 @@ from attention.positional import (
     sinusoidal_encoding,
 )
 from attention.viz import (
+    HeadView,
     attention_entropy,
     plot_activation_norms,
     plot_attention,
@@ -56,6 +57,7 @@ from attention.viz import (
 __all__ = [
     "CausalSelfAttention",
     "CrossAttention",
+    "HeadView",
     "KVCache",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",

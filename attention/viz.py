@@ -30,8 +30,11 @@ References:
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
@@ -50,6 +53,7 @@ if TYPE_CHECKING:
     from matplotlib.image import AxesImage
 
 __all__ = [
+    "HeadView",
     "attention_entropy",
     "plot_activation_norms",
     "plot_attention",
@@ -526,6 +530,146 @@ def plot_activation_norms(
     if title is not None:
         ax.set_title(title)
     return ax
+
+
+class HeadView:
+    r"""The attention of every layer and head of a model, to explore in a browser.
+
+    Choose a layer and two heads side by side, hover over or focus a query token
+    to see the lines to the keys it reads (their opacity is the weight), and save
+    the view as SVG or PNG. In Jupyter the object displays as that view; `save`
+    writes it to a single HTML file that opens in any browser, offline (the viewer is
+    `attention/head_view.js`, inlined: no library, no network). The documentation
+    site shows the same view for the models its tutorials train.
+
+    Args:
+        weights: Attention weights of shape ``(layers, H, L, S)`` (a tensor or an
+            array), or a sequence of ``layers`` tensors ``(H, L, S)``, e.g. the
+            weights each layer of your model returns for one input (take one batch
+            element first).
+        tokens: ``L`` labels of the queries.
+        key_tokens: ``S`` labels of the keys; defaults to ``tokens`` (self-attention).
+        layer_names: One name per layer; defaults to ``"layer 0"``, ``"layer 1"``...
+        decimals: Digits kept per weight in the page (4: 0.0001 steps, invisible
+            as line opacity, and a file a fraction of the size of full floats).
+
+    Raises:
+        TypeError: If ``weights`` is not a tensor, an array or a sequence of them, or
+            a label list is a single string.
+        ValueError: If ``weights`` does not have 4 dimensions ``(layers, H, L, S)``,
+            holds negative or non-finite values, or a label list has the wrong length.
+
+    Examples:
+        >>> import torch
+        >>> from attention import HeadView, MultiHeadAttention
+        >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
+        <torch._C.Generator object at ...>
+        >>> layer = MultiHeadAttention(8, 2)
+        >>> x = torch.randn(1, 3, 8)  # (B, L, E)
+        >>> _, weights = layer(x, x, x, need_weights=True, average_attn_weights=False)
+        >>> view = HeadView(weights[0][None], ["the", "cat", "sat"])  # (1, H, L, S)
+        >>> view.data["heads"], view.data["tokens"]
+        (2, ['the', 'cat', 'sat'])
+        >>> import pathlib, tempfile
+        >>> path = view.save(pathlib.Path(tempfile.mkdtemp()) / "heads.html")
+        >>> path.read_text().count("mountHeadView(")
+        2
+    """
+
+    def __init__(
+        self,
+        weights: Tensor | NDArray[Any] | Sequence[Tensor | NDArray[Any]],
+        tokens: Sequence[str],
+        *,
+        key_tokens: Sequence[str] | None = None,
+        layer_names: Sequence[str] | None = None,
+        decimals: int = 4,
+    ) -> None:
+        if isinstance(weights, (list, tuple)):
+            layers = [
+                _as_array(f"weights[{i}]", w, ndim=3, shape_name="(H, L, S)")
+                for i, w in enumerate(weights)
+            ]
+            if not layers or len({a.shape for a in layers}) != 1:
+                shapes = ", ".join(_shape_str(a.shape) for a in layers) or "none"
+                raise ValueError(f"weights must be layers of one shape (H, L, S); got {shapes}")
+            array = np.stack(layers)
+        else:
+            array = _as_array("weights", weights, ndim=4, shape_name="(layers, H, L, S)")
+        if not np.isfinite(array).all():
+            raise ValueError("weights must be finite (attention weights, not scores)")
+        _check_non_negative(float(array.min()))
+        n_layers, heads, L, S = array.shape
+        queries = _check_labels("tokens", tokens, L, "query (L)")
+        keys = _check_labels("key_tokens", key_tokens, S, "key (S)")
+        if keys is None:
+            if S != L:
+                raise ValueError(
+                    f"key_tokens is needed when the keys are not the queries: weights "
+                    f"{_shape_str(array.shape)} has L={L} queries but S={S} keys"
+                )
+            keys = queries
+        names = _check_labels("layer_names", layer_names, n_layers, "layer")
+        decimals = check_size("decimals", decimals)
+        self.data: dict[str, Any] = {
+            "tokens": queries,
+            "keyTokens": keys,
+            "layers": names or [f"layer {i}" for i in range(n_layers)],
+            "heads": heads,
+            "weights": np.round(array, decimals).tolist(),
+        }
+
+    def _parts(self) -> tuple[str, str, str]:
+        """The viewer's script and style sheet, and the data as JSON for a script."""
+        from importlib.resources import files
+
+        here = files("attention")
+        script = (here / "head_view.js").read_text(encoding="utf-8")
+        style = (here / "head_view.css").read_text(encoding="utf-8")
+        # "</" cannot end the <script> element it sits in once escaped.
+        data = json.dumps(self.data).replace("</", "<\\/")
+        return script, style, data
+
+    def _inline_view(self, element_id: str) -> str:
+        script, style, data = self._parts()
+        return (
+            f'<style>{style}</style><div id="{element_id}" class="head-view"></div>'
+            f'<script type="module">{script}\n'
+            f'mountHeadView(document.getElementById("{element_id}"), {data})</script>'
+        )
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        """Jupyter shows the view; the documentation site reads the data alone."""
+        element_id = f"head-view-{id(self):x}"
+        return {
+            "text/html": self._inline_view(element_id),
+            "application/vnd.attention.head-view+json": self.data,
+            "text/plain": repr(self),
+        }
+
+    def __repr__(self) -> str:
+        layers, heads = len(self.data["layers"]), self.data["heads"]
+        L, S = len(self.data["tokens"]), len(self.data["keyTokens"])
+        return f"HeadView(layers={layers}, heads={heads}, L={L}, S={S})"
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the view to a standalone HTML file and return its path.
+
+        Args:
+            path: Where to write it (conventionally ending in ``.html``).
+
+        Returns:
+            The path written, as a ``pathlib.Path``.
+        """
+        path = Path(path)
+        path.write_text(
+            '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+            '<meta name="viewport" content="width=device-width,initial-scale=1">'
+            f'<title>Head view</title></head><body style="font-family: sans-serif">'
+            f"{self._inline_view('head-view')}</body></html>\n",
+            encoding="utf-8",
+        )
+        return path
 
 
 def _as_array(

@@ -186,7 +186,17 @@ def on_files(files: Files, config: Any) -> Files:
     for file in late:
         files.remove(pages[file])
         files.append(pages[file])
+    # The head view's viewer lives in the package (attention.viz.HeadView inlines it
+    # into the pages it saves); the site serves the same files beside the explorers.
+    for name in HEAD_VIEW_FILES:
+        package_file = Path(notebooks.PACKAGE) / name
+        files.append(
+            File.generated(config, f"assets/explorers/{name}", abs_src_path=str(package_file))
+        )
     return files
+
+
+HEAD_VIEW_FILES = ("head_view.js", "head_view.css")
 
 
 _torch_threads: list[int] = []  # torch's own choice, while the build overrides it

@@ -56,6 +56,8 @@ PACKAGE = ROOT / "attention"
 DARK_SVG = "application/vnd.attention-site.dark-svg+xml"
 LIGHT_SVG = "image/svg+xml"
 TIMEOUT_PER_CELL_S = 600
+# What attention.viz.HeadView gives Jupyter besides its HTML: its data alone.
+HEAD_VIEW = "application/vnd.attention.head-view+json"
 
 # Run in the kernel before the first cell (and removed from the notebook afterwards).
 KERNEL_SETUP = f"""
@@ -330,6 +332,17 @@ def _figure(data: dict[str, str], caption: str) -> str:
     )
 
 
+def _head_view(state: dict[str, object]) -> str:
+    """An ``attention.viz.HeadView``: the site's explorers mount it (their loader runs on
+    every page); its inline script, for Jupyter, stays in the notebook download."""
+    data = html.escape(json.dumps(state), quote=True)
+    return (
+        f'<div class="explorer" data-explorer="head-view" data-state="{data}">'
+        '<p class="explorer-static"><em>The interactive head view needs JavaScript; the '
+        "figure above shows the same weights.</em></p></div>"
+    )
+
+
 def _b64(text: str) -> str:
     import base64
 
@@ -383,6 +396,8 @@ def to_markdown(executed: Executed) -> str:
                         )
                     body.append(_figure(data, captions[figures]))
                     figures += 1
+                elif HEAD_VIEW in data:
+                    body.append(_head_view(data[HEAD_VIEW]))
                 elif "text/plain" in data:
                     body.append(_output_block(data["text/plain"]))
                 else:

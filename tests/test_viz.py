@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 
 from attention import attention_weights, scaled_dot_product_attention
 from attention.viz import (
+    HeadView,
     attention_entropy,
     plot_activation_norms,
     plot_attention,
@@ -543,3 +544,65 @@ def test_plot_attention_heads_checks_its_other_arguments():
         ValueError, match=r"key_labels must have one label per key \(S\): expected 7; got 5"
     ):
         plot_attention_heads(w, key_labels=QUERY_TOKENS)
+
+
+# --- HeadView ------------------------------------------------------------------------
+
+
+def _maps(layers=2, heads=3, L=4, S=4, seed=0):
+    scores = torch.randn(layers, heads, L, S, generator=torch.Generator().manual_seed(seed))
+    return torch.softmax(scores, dim=-1)
+
+
+def test_head_view_keeps_every_weight_to_the_decimals_asked():
+    maps = _maps()
+    view = HeadView(maps, list("abcd"), decimals=3)
+    assert view.data["layers"] == ["layer 0", "layer 1"] and view.data["heads"] == 3
+    assert view.data["tokens"] == view.data["keyTokens"] == list("abcd")
+    kept = torch.tensor(view.data["weights"], dtype=torch.float64)
+    assert kept.shape == (2, 3, 4, 4)
+    assert (kept - maps.double()).abs().max() <= 0.0005 + 1e-12
+
+
+def test_head_view_takes_a_list_of_layers_and_arrays_and_cross_attention():
+    maps = _maps(L=2, S=5)
+    view = HeadView(
+        [maps[0], maps[1].numpy()],
+        ["x", "y"],
+        key_tokens=list("vwxyz"),
+        layer_names=["encoder-decoder 1", "encoder-decoder 2"],
+    )
+    assert view.data["keyTokens"] == list("vwxyz")
+    assert view.data["layers"] == ["encoder-decoder 1", "encoder-decoder 2"]
+    assert repr(view) == "HeadView(layers=2, heads=3, L=2, S=5)"
+
+
+@pytest.mark.parametrize(
+    ("weights", "tokens", "kwargs", "error", "message"),
+    [
+        (torch.ones(3, 4, 4), list("abcd"), {}, ValueError, r"4-D matrix \(layers, H, L, S\)"),
+        (-_maps(), list("abcd"), {}, ValueError, "non-negative"),
+        (_maps() * float("nan"), list("abcd"), {}, ValueError, "finite"),
+        (_maps(), list("abc"), {}, ValueError, r"one label per query \(L\): expected 4; got 3"),
+        (_maps(S=5), list("abcd"), {}, ValueError, "key_tokens is needed"),
+        (_maps(), "abcd", {}, TypeError, "single str"),
+        ([_maps()[0], _maps(S=5)[0]], list("abcd"), {}, ValueError, "layers of one shape"),
+        ("weights", list("abcd"), {}, TypeError, "torch.Tensor or a numpy.ndarray"),
+        (_maps(), list("abcd"), {"layer_names": ["one"]}, ValueError, "one label per layer"),
+    ],
+)
+def test_head_view_refuses_bad_input_by_name(weights, tokens, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        HeadView(weights, tokens, **kwargs)
+
+
+def test_head_view_page_is_standalone_and_escapes_the_tokens(tmp_path):
+    view = HeadView(_maps(), ["</script>", "<b>", "a", "b"])
+    page = view.save(tmp_path / "view.html").read_text()
+    assert page.startswith("<!doctype html>") and "http" not in page.replace(
+        "http://www.w3.org/2000/svg", ""
+    )  # nothing fetched: the viewer and its style are inline
+    assert page.count("</script>") == 1  # the token's "</" is escaped inside the script
+    bundle = view._repr_mimebundle_()
+    assert bundle["application/vnd.attention.head-view+json"] is view.data
+    assert "mountHeadView(" in bundle["text/html"]

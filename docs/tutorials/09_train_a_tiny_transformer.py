@@ -342,6 +342,18 @@ fig = attention.plot_attention_heads(
 )
 
 # %% [markdown]
+# The same four maps to explore: choose a layer and two heads side by side,
+# then hover over a query letter on the left (or Tab to it and use the arrow
+# keys) to see the lines to the keys it reads, each as opaque as its weight.
+# [`attention.HeadView`](../../reference/viz/#attention.viz.HeadView) makes
+# this view from any model's weights: in Jupyter it shows below the cell, and
+# `view.save("heads.html")` writes it to a page that opens offline.
+
+# %%
+view = attention.HeadView(example, labels)
+view
+
+# %% [markdown]
 # The anti-diagonal is there: query 0 reads key 9, query 1 reads key 8,
 # and so on. Let us find it with code instead of eyes. For every head we
 # measure, over all 1000 test sequences,

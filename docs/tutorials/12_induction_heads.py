@@ -415,6 +415,18 @@ fig = attention.plot_attention_heads(
 )
 
 # %% [markdown]
+# All four heads, to explore (the head view of
+# [`attention.HeadView`](../../reference/viz/#attention.viz.HeadView), as in
+# [tutorial 9](../09_train_a_tiny_transformer/)): put layer 0's heads side
+# by side, then layer 1's, and hover over (or Tab to, then arrow through) a
+# token of the repeated half on the left. The previous-token head's line goes
+# to the token just before it; the induction head's to the token that followed
+# its earlier copy.
+
+# %%
+attention.HeadView(first_maps, labels)
+
+# %% [markdown]
 # Measured over all 1000 test sequences rather than read off one
 # picture:
 

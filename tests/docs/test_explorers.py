@@ -59,7 +59,7 @@ def page(browser, site_url: str):
 
 def open_explorer(page, site_url: str, name: str):
     page.goto(site_url + PAGES[name], wait_until="load")
-    root = page.locator(f'[data-explorer="{name}"][data-mounted]')
+    root = page.locator(f'[data-explorer="{name}"][data-mounted="true"]')
     root.wait_for(timeout=15_000)
     return root.locator(".explorer-live")
 
@@ -291,8 +291,10 @@ def test_sdpa_playground_drag_keys_and_sliders(page, site_url: str) -> None:
     assert _playground_points(live) == (state["query"], state["keys"], state["values"])
 
     # Drag k2 with the mouse: the key moves, and every number follows it.
+    # hover() scrolls the key into view and waits until it is the element under the
+    # pointer (not the sticky header, not a block still being laid out lazily).
     k2 = live.locator(".point.key circle").nth(1)
-    k2.scroll_into_view_if_needed()
+    k2.hover()
     box = k2.bounding_box()
     x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
     page.mouse.move(x, y)
@@ -439,7 +441,7 @@ def test_explorers_mount_after_instant_navigation(page, site_url: str) -> None:
         )
         page.click("#next")
         page.wait_for_function("path => location.pathname.endsWith(path)", arg=path)
-        live = page.locator(f'[data-explorer="{name}"][data-mounted] .explorer-live')
+        live = page.locator(f'[data-explorer="{name}"][data-mounted="true"] .explorer-live')
         live.wait_for(timeout=15_000)
         assert page.evaluate("() => window.__sameDocument === true"), "a full reload"
         assert page.locator(f'[data-explorer="{name}"] .explorer-static').is_hidden()
@@ -484,6 +486,92 @@ def test_only_pages_with_an_explorer_load_its_code(page, site_url: str, built_si
     page.goto(site_url + PAGES["masks"], wait_until="networkidle")
     assert [url for url in requested if "explorers/explorers.js" in url]
 
-    code = ("attention.js", "explorers.js", "explorers.css", "loader.js")
+    code = (
+        "attention.js",
+        "explorers.js",
+        "explorers.css",
+        "loader.js",
+        "head_view.js",
+        "head_view.css",
+    )
     size = sum(len(gzip.compress((built_site / "assets/explorers" / f).read_bytes())) for f in code)
     assert size < 100_000, f"explorer code {size} bytes gzipped"
+
+
+# --- the head view ------------------------------------------------------------------
+
+HEAD_VIEW_TUTORIAL = "tutorials/09_train_a_tiny_transformer/"
+
+
+def _lines_shown(view) -> dict[int, float]:
+    """Key -> weight of the lines drawn in the first pane (hidden ones excluded)."""
+    lines = view.locator(".head-view-pane").first.locator("line:not(.hidden)")
+    return {
+        int(line.get_attribute("data-key")): float(line.get_attribute("data-weight"))
+        for line in lines.all()
+    }
+
+
+def _check_head_view(page, view, state: dict) -> None:
+    """Layer and heads chosen, a token hovered and one reached by keyboard: the lines
+    drawn are that query's weights in the chosen head, and only those."""
+    layers, heads = len(state["layers"]), state["heads"]
+    layer, head = layers - 1, heads - 1
+    view.get_by_label("layer", exact=True).select_option(str(layer))
+    view.get_by_label("head", exact=True).select_option(str(head))
+    tokens = view.locator(".head-view-pane").first.locator(".head-view-token.query")
+    tokens.nth(1).scroll_into_view_if_needed()
+    tokens.nth(1).hover()
+    row = state["weights"][layer][head][1]
+    assert _lines_shown(view) == {j: w for j, w in enumerate(row) if w >= 0.005}
+    assert view.get_attribute("data-focused") == "1"
+
+    tokens.nth(1).focus()
+    page.keyboard.press("ArrowDown")
+    assert view.get_attribute("data-focused") == "2"
+    row = state["weights"][layer][head][2]
+    assert _lines_shown(view) == {j: w for j, w in enumerate(row) if w >= 0.005}
+    best = max(range(len(row)), key=row.__getitem__)
+    status = view.locator(".head-view-status").text_content()
+    assert f'most weight on key {best} "{state["keyTokens"][best]}"' in status
+
+
+def test_head_view_of_the_trained_model(page, site_url: str) -> None:
+    page.goto(site_url + HEAD_VIEW_TUTORIAL, wait_until="load")
+    root = page.locator('[data-explorer="head-view"][data-mounted="true"]')
+    root.wait_for(timeout=15_000)
+    state = json.loads(root.get_attribute("data-state"))
+    view = root.locator(".explorer-live")
+    assert state["heads"] == 2 and len(state["layers"]) == 2 and len(state["tokens"]) == 10
+    _check_head_view(page, view, state)
+
+    # Saved as files a reader can keep: an SVG with the lines, and a PNG.
+    with page.expect_download() as svg_download:
+        view.get_by_role("button", name="Save as SVG").click()
+    svg = Path(svg_download.value.path()).read_text()
+    assert svg.startswith("<svg") and svg.count("<line") >= 2
+    assert svg_download.value.suggested_filename == "head-view-layer1-heads1-1.svg"
+    with page.expect_download() as png_download:
+        view.get_by_role("button", name="Save as PNG").click()
+    assert Path(png_download.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_head_view_saved_by_the_package_opens_offline(browser, tmp_path: Path) -> None:
+    """`HeadView.save` writes a page that works from the disk, with no network."""
+    weights = torch.softmax(torch.randn(2, 2, 5, 5, generator=torch.Generator().manual_seed(1)), -1)
+    path = attention.HeadView(weights, list("abcde")).save(tmp_path / "heads.html")
+    context = browser.new_context()
+    context.route(lambda url: not url.startswith("file:"), lambda route: route.abort())
+    try:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(path.as_uri())
+        view = page.locator(".head-view")
+        view.locator(".head-view-pane").first.wait_for()
+        _check_head_view(
+            page, view, json.loads(json.dumps(attention.HeadView(weights, list("abcde")).data))
+        )
+        assert not errors, errors
+    finally:
+        context.close()

@@ -462,23 +462,37 @@ function onlineSoftmaxStepper(root, state) {
 
 // -------------------------------------------------------------------------------------
 
-const EXPLORERS = { sdpa: sdpaPlayground, masks: maskExplorer, "online-softmax": onlineSoftmaxStepper }
+// --- 4. The head view of a trained model (attention.viz.HeadView) ----------------------
 
-function addStylesheet() {
-  const href = new URL("explorers.css", import.meta.url).href
+async function headView(root, state) {
+  addStylesheet("head_view.css")
+  const { mountHeadView } = await import("./head_view.js")
+  mountHeadView(root, state)
+}
+
+const EXPLORERS = {
+  sdpa: sdpaPlayground,
+  masks: maskExplorer,
+  "online-softmax": onlineSoftmaxStepper,
+  "head-view": headView,
+}
+
+function addStylesheet(name = "explorers.css") {
+  const href = new URL(name, import.meta.url).href
   if (!document.querySelector(`link[href="${href}"]`)) {
     document.head.append(el("link", { rel: "stylesheet", href }))
   }
 }
 
 /** Build the explorer for `root` (once), hiding the static figure it replaces. */
-export function mount(root) {
+export async function mount(root) {
   if (root.dataset.mounted) return
+  root.dataset.mounted = "starting"
   addStylesheet()
   const build = EXPLORERS[root.dataset.explorer]
   if (!build) throw new Error(`no explorer named ${root.dataset.explorer}`)
   const live = el("div", { class: "explorer-live" })
-  build(live, JSON.parse(root.dataset.state))
+  await build(live, JSON.parse(root.dataset.state))
   root.querySelector(".explorer-static")?.setAttribute("hidden", "")
   root.append(live)
   root.dataset.mounted = "true"
