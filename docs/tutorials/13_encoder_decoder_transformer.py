@@ -783,6 +783,25 @@ axes[0].set_ylabel("predicts")
 colorbar = fig.colorbar(image, ax=axes, label="weight", shrink=0.8)
 
 # %% [markdown]
+# Every cross-attention head of both decoder layers for the first of these
+# numbers, to explore: the digits the decoder predicts on the left, the
+# source words on the right (the head view of
+# [`attention.HeadView`](../../reference/viz/#attention.viz.HeadView), given
+# the words as `key_tokens`). Put the best-aligned head beside the others
+# and hover over (or Tab to) a digit.
+
+# %%
+n = examples[0]
+b = test_numbers.index(n)
+words, predicted = number_words(n), [*str(n), "</s>"]
+attention.HeadView(
+    maps[:, b, :, : len(predicted), : len(words)],  # (layers, H, T, S)
+    predicted,
+    key_tokens=words,
+    layer_names=[f"decoder layer {i}" for i in range(maps.shape[0])],
+)
+
+# %% [markdown]
 # ## 7. Pre-LN and Post-LN, with and without warm-up
 #
 # Why did the paper need a warm-up at all? Xiong et al. (2020) showed

@@ -478,6 +478,42 @@ def test_every_control_is_reachable_and_named(page, site_url: str, name: str) ->
         assert control["label"], control
 
 
+# Whether the focused element shows that it has the focus: an outline, or for the
+# points of the playground a ring drawn on the point, or for a head view token its
+# highlight (focusing a token selects it).
+FOCUS_SHOWN = """() => {
+  const el = document.activeElement;
+  const style = getComputedStyle(el);
+  if (style.outlineStyle !== 'none' && parseFloat(style.outlineWidth) > 0) return true;
+  if (el.matches('.point')) {
+    return parseFloat(getComputedStyle(el.querySelector('circle')).strokeWidth) > 0;
+  }
+  if (el.matches('.head-view-token')) return el.classList.contains('active');
+  return false;
+}"""
+
+
+@pytest.mark.parametrize("name", [*PAGES, "head-view"])
+def test_keyboard_focus_is_visible_on_every_control(page, site_url: str, name: str) -> None:
+    if name == "head-view":
+        page.goto(site_url + HEAD_VIEW_TUTORIAL, wait_until="load")
+        live = page.locator('[data-explorer="head-view"][data-mounted="true"] .explorer-live')
+        live.wait_for(timeout=15_000)
+    else:
+        live = open_explorer(page, site_url, name)
+    selector = "button:not([disabled]), input, select, [tabindex]"
+    count = live.locator(selector).count()
+    assert count >= 4
+    page.keyboard.press("Tab")  # the reader is using the keyboard
+    hidden = []
+    for index in range(count):
+        control = live.locator(selector).nth(index)
+        control.focus()
+        if not page.evaluate(FOCUS_SHOWN):
+            hidden.append(control.evaluate("el => el.outerHTML.slice(0, 80)"))
+    assert not hidden, f"focus not visible on: {hidden}"
+
+
 def test_only_pages_with_an_explorer_load_its_code(page, site_url: str, built_site: Path) -> None:
     requested: list[str] = []
     page.on("request", lambda request: requested.append(request.url))
