@@ -262,8 +262,8 @@ def broadcast_shapes(*shapes: Sequence[int]) -> torch.Size:
     """The shape that ``shapes`` broadcast to, as ``torch.broadcast_shapes`` gives it.
 
     Raises ``ValueError`` where they do not broadcast. Written out because the first
-    call of ``torch.broadcast_shapes`` imports ``torch._refs``, about half a second:
-    every fresh process would pay it on its first attention call.
+    call of ``torch.broadcast_shapes`` imports sympy (through torch's symbolic shapes),
+    about half a second: every fresh process would pay it on its first attention call.
     """
     result = [1] * max((len(shape) for shape in shapes), default=0)
     for shape in shapes:

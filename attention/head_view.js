@@ -9,6 +9,7 @@
 const SVG_NS = "http://www.w3.org/2000/svg"
 const ROW = 22 // pixels between two tokens
 const WIDTH = 300 // one pane
+const GAP = 16 // between two panes in a saved picture
 
 function node(tag, attrs = {}, ...children) {
   const el = tag.startsWith("svg:") ? document.createElementNS(SVG_NS, tag.slice(4)) : document.createElement(tag)
@@ -31,20 +32,24 @@ function download(name, blob) {
   setTimeout(() => URL.revokeObjectURL(a.href), 1000)
 }
 
-/** The pane's SVG as a file of its own: colours written in, so it looks the same anywhere. */
-function standaloneSvg(svg) {
-  const copy = svg.cloneNode(true)
-  const source = [...svg.querySelectorAll("*")]
-  ;[...copy.querySelectorAll("*")].forEach((el, i) => {
-    const style = getComputedStyle(source[i])
-    for (const prop of ["display", "fill", "stroke", "stroke-width", "stroke-opacity", "opacity", "font-size", "font-family", "font-weight"]) {
-      el.style.setProperty(prop, style.getPropertyValue(prop))
-    }
+/** The panes side by side as one SVG file, colours written in, so it looks the same anywhere. */
+function standaloneSvg(panes, height) {
+  const width = panes.length * WIDTH + (panes.length - 1) * GAP
+  const outer = node("svg:svg", { width, height, viewBox: `0 0 ${width} ${height}` })
+  outer.append(node("svg:rect", { width: "100%", height: "100%", fill: getComputedStyle(panes[0]).backgroundColor || "#fff" }))
+  panes.forEach((svg, p) => {
+    const copy = svg.cloneNode(true)
+    const source = [...svg.querySelectorAll("*")]
+    ;[...copy.querySelectorAll("*")].forEach((el, i) => {
+      const style = getComputedStyle(source[i])
+      for (const prop of ["display", "fill", "stroke", "stroke-width", "stroke-opacity", "opacity", "font-size", "font-family", "font-weight"]) {
+        el.style.setProperty(prop, style.getPropertyValue(prop))
+      }
+    })
+    copy.setAttribute("x", p * (WIDTH + GAP))
+    outer.append(copy)
   })
-  copy.setAttribute("xmlns", SVG_NS)
-  const background = node("svg:rect", { width: "100%", height: "100%", fill: getComputedStyle(svg).backgroundColor || "#fff" })
-  copy.insertBefore(background, copy.firstChild)
-  return new XMLSerializer().serializeToString(copy)
+  return { width, text: new XMLSerializer().serializeToString(outer) }
 }
 
 export function mountHeadView(root, state) {
@@ -144,21 +149,19 @@ export function mountHeadView(root, state) {
   const headNames = Array.from({ length: heads }, (_, h) => `head ${h}`)
   const button = (text, onclick) => node("button", { type: "button", class: "md-button", text, onclick })
   const fileName = ext => `head-view-layer${layer}-heads${panes.map(p => p.head).join("-")}.${ext}`
-  const exportSvg = () => {
-    const svgs = [...figures.querySelectorAll("svg")].map(standaloneSvg)
-    download(fileName("svg"), new Blob([svgs[0]], { type: "image/svg+xml" }))
-  }
+  const picture = () => standaloneSvg([...figures.querySelectorAll("svg")], height)
+  const exportSvg = () => download(fileName("svg"), new Blob([picture().text], { type: "image/svg+xml" }))
   const exportPng = () => {
-    const svg = figures.querySelector("svg")
+    const { width, text } = picture()
     const image = new Image()
     image.onload = () => {
-      const canvas = node("canvas", { width: WIDTH * 2, height: height * 2 })
+      const canvas = node("canvas", { width: width * 2, height: height * 2 })
       const context = canvas.getContext("2d")
       context.scale(2, 2)
       context.drawImage(image, 0, 0)
       canvas.toBlob(blob => download(fileName("png"), blob), "image/png")
     }
-    image.src = "data:image/svg+xml;charset=utf-8," + encodeURIComponent(standaloneSvg(svg))
+    image.src = "data:image/svg+xml;charset=utf-8," + encodeURIComponent(text)
   }
   root.append(
     node("div", { class: "head-view-controls" },

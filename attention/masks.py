@@ -29,7 +29,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from attention._checks import check_flag, check_size
+from attention._checks import broadcast_shapes, check_flag, check_size
 
 __all__ = [
     "block_sparse_mask",
@@ -371,7 +371,11 @@ def combine_masks(*masks: Tensor | None) -> Tensor:
                 f"masks[{i}] must be bool (True = may attend) or floating (added to the "
                 f"scores); got {m.dtype}: convert 0/1 flags with mask.bool()"
             )
-    shape = _broadcast_shape([tuple(m.shape) for m in given])
+    shapes = [tuple(m.shape) for m in given]
+    try:
+        shape = broadcast_shapes(*shapes)
+    except ValueError:
+        raise ValueError(f"masks must broadcast to a common shape; got shapes {shapes}") from None
     float_dtypes = {m.dtype for m in given if m.dtype != torch.bool}
     if not float_dtypes:
         combined = given[0]
@@ -422,18 +426,6 @@ def mask_to_bias(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
         raise TypeError(f"dtype must be a floating-point torch.dtype; got {dtype}")
     bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
     return bias.masked_fill(~mask, float("-inf"))
-
-
-def _broadcast_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
-    """The shape all ``shapes`` broadcast to, or a ValueError listing them."""
-    ndim = max(len(s) for s in shapes)
-    result = []
-    for axis in range(-ndim, 0):
-        sizes = {s[axis] for s in shapes if len(s) >= -axis} - {1}
-        if len(sizes) > 1:
-            raise ValueError(f"masks must broadcast to a common shape; got shapes {shapes}")
-        result.append(sizes.pop() if sizes else 1)
-    return tuple(result)
 
 
 def query_key_positions(

@@ -151,6 +151,10 @@ def _source_links(markdown: str, file: File, files: Files) -> str:
     return _URL_LINK.sub(replace, markdown)
 
 
+# The head view's viewer, in the package, served beside the explorers (see on_files).
+HEAD_VIEW_FILES = ("head_view.js", "head_view.css")
+
+
 def on_files(files: Files, config: Any) -> Files:
     """Start the tutorials' kernels and swap each ``.py`` for the page its run makes."""
     sources = [f for f in files if TUTORIAL.match(f.src_uri)]
@@ -189,14 +193,11 @@ def on_files(files: Files, config: Any) -> Files:
     # The head view's viewer lives in the package (attention.viz.HeadView inlines it
     # into the pages it saves); the site serves the same files beside the explorers.
     for name in HEAD_VIEW_FILES:
-        package_file = Path(notebooks.PACKAGE) / name
+        package_file = notebooks.PACKAGE / name
         files.append(
             File.generated(config, f"assets/explorers/{name}", abs_src_path=str(package_file))
         )
     return files
-
-
-HEAD_VIEW_FILES = ("head_view.js", "head_view.css")
 
 
 _torch_threads: list[int] = []  # torch's own choice, while the build overrides it

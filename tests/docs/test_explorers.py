@@ -586,6 +586,7 @@ def test_head_view_of_the_trained_model(page, site_url: str) -> None:
         view.get_by_role("button", name="Save as SVG").click()
     svg = Path(svg_download.value.path()).read_text()
     assert svg.startswith("<svg") and svg.count("<line") >= 2
+    assert svg.count("<svg") == 3  # the two panes on view, side by side in one picture
     assert svg_download.value.suggested_filename == "head-view-layer1-heads1-1.svg"
     with page.expect_download() as png_download:
         view.get_by_role("button", name="Save as PNG").click()
@@ -595,7 +596,8 @@ def test_head_view_of_the_trained_model(page, site_url: str) -> None:
 def test_head_view_saved_by_the_package_opens_offline(browser, tmp_path: Path) -> None:
     """`HeadView.save` writes a page that works from the disk, with no network."""
     weights = torch.softmax(torch.randn(2, 2, 5, 5, generator=torch.Generator().manual_seed(1)), -1)
-    path = attention.HeadView(weights, list("abcde")).save(tmp_path / "heads.html")
+    head_view = attention.HeadView(weights, list("abcde"))
+    path = head_view.save(tmp_path / "heads.html")
     context = browser.new_context()
     context.route(lambda url: not url.startswith("file:"), lambda route: route.abort())
     try:
@@ -605,9 +607,7 @@ def test_head_view_saved_by_the_package_opens_offline(browser, tmp_path: Path) -
         page.goto(path.as_uri())
         view = page.locator(".head-view")
         view.locator(".head-view-pane").first.wait_for()
-        _check_head_view(
-            page, view, json.loads(json.dumps(attention.HeadView(weights, list("abcde")).data))
-        )
+        _check_head_view(page, view, head_view.data)
         assert not errors, errors
     finally:
         context.close()
