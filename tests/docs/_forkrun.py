@@ -20,8 +20,8 @@ A program is a list of chunks run one after the other in the same namespace, wit
 chunk's standard output captured separately: one chunk for a standalone block, several
 for blocks that deliberately share state (markdown-exec's ``session="..."``).
 
-A program that times itself (it calls a clock: ``thread_time``, ``perf_counter``...) runs
-after all the others, alone. Its claims compare two timings (attention against an RNN,
+A program that times itself (it calls a clock: ``thread_time``, ``perf_counter``,
+``torch.profiler``...) runs after all the others, alone. Its claims compare two timings (attention against an RNN,
 a mask against none), and a neighbour sharing the core (on CI, two vCPUs may be one
 physical core) can slow matrix-multiply-bound code far more than latency-bound code. CI
 once measured attention at over 0.6 of the RNN's time where a quiet core gives 0.25. The
@@ -47,7 +47,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # import themselves are added to these (see _modules_imported_by).
 PRELOAD = ("torch", "numpy", "matplotlib.pyplot", "attention", "torch.distributed.tensor")
 # Calls that mark a program as timing itself (see the module docstring).
-CLOCKS = re.compile(r"\b(thread_time|process_time|perf_counter|monotonic|time\.time)\b")
+# torch.profiler and torch.utils.benchmark read clocks inside torch: named here too.
+CLOCKS = re.compile(
+    r"\b(thread_time|process_time|perf_counter|monotonic|time\.time|timeit"
+    r"|torch\.profiler|torch\.utils\.benchmark)\b"
+)
 
 
 def measures_time(chunks: list[str]) -> bool:
