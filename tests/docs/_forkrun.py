@@ -21,11 +21,12 @@ chunk's standard output captured separately: one chunk for a standalone block, s
 for blocks that deliberately share state (markdown-exec's ``session="..."``).
 
 A program that times itself (it calls a clock: ``thread_time``, ``perf_counter``,
-``torch.profiler``...) runs after all the others, alone. Its claims compare two timings (attention against an RNN,
-a mask against none), and a neighbour sharing the core (on CI, two vCPUs may be one
-physical core) can slow matrix-multiply-bound code far more than latency-bound code. CI
-once measured attention at over 0.6 of the RNN's time where a quiet core gives 0.25. The
-site's build orders its ``measures_time`` pages the same way.
+``torch.profiler``...) runs after all the others, alone. Its claims compare two
+timings (attention against an RNN, a mask against none), and a neighbour sharing the
+core (on CI, two vCPUs may be one physical core) can slow matrix-multiply-bound code
+far more than latency-bound code. CI once measured attention at over 0.6 of the RNN's
+time where a quiet core gives 0.25. The site's build orders its ``measures_time`` pages
+the same way.
 """
 
 from __future__ import annotations
