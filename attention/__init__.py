@@ -3,6 +3,7 @@
 The public API is re-exported here; each concept lives in its own module.
 """
 
+from attention import distributed as distributed  # a namespace: needs a process group
 from attention import examples as examples  # a namespace: worked examples for the pages
 from attention import numpy_reference as numpy_reference  # a namespace, see its docstring
 from attention.approximate import (

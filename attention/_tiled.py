@@ -423,6 +423,32 @@ def _expand_mask(attn_mask: Tensor | None, L: int, S: int) -> Tensor | None:
     return attn_mask.expand(shape)
 
 
+def merge_partials(
+    out_a: Tensor, lse_a: Tensor, out_b: Tensor, lse_b: Tensor
+) -> tuple[Tensor, Tensor]:
+    r"""Attention over two disjoint sets of keys, combined: the online softmax's rule.
+
+    ``out_a`` is attention over key set $A$, normalised over $A$ alone, and ``lse_a``
+    its log-sum-exp $\log \sum_{j \in A} e^{z_j}$ (``-inf``: no key); likewise for $B$.
+    Over $A \cup B$:
+
+    $$
+    \text{lse} = \log\bigl(e^{\text{lse}_A} + e^{\text{lse}_B}\bigr), \quad
+    O = e^{\text{lse}_A - \text{lse}}\, O_A + e^{\text{lse}_B - \text{lse}}\, O_B.
+    $$
+
+    The tiled loop applies the same rule to one key block at a time, with the maximum
+    and the sum kept apart ($\text{lse} = m + \log \ell$); here whole partial results
+    are merged, as sequence-parallel attention does with each rank's block
+    (`attention.distributed`). Shapes ``(..., L, Dv)`` and ``(..., L)``.
+    """
+    lse = torch.logaddexp(lse_a, lse_b)  # -inf where neither set had a key
+    base = lse.masked_fill(torch.isneginf(lse), 0.0)  # e^(-inf - 0) = 0 there, not NaN
+    weight_a = torch.exp(lse_a - base).unsqueeze(-1)  # (..., L, 1)
+    weight_b = torch.exp(lse_b - base).unsqueeze(-1)
+    return weight_a * out_a + weight_b * out_b, lse
+
+
 def _forward(
     query: Tensor,
     key: Tensor,

@@ -20,9 +20,10 @@ PUBLIC_MODULES = [
     if not m.name.startswith("_")
 ]
 # Modules used through their own namespace: the NumPy reference, whose names would
-# collide with the top level (it has its own scaled_dot_product_attention), and the
-# pages' worked examples, which are teaching data, not the mechanism.
-NAMESPACED = {"attention.numpy_reference", "attention.examples"}
+# collide with the top level (it has its own scaled_dot_product_attention), the
+# pages' worked examples, which are teaching data, not the mechanism, and the
+# sequence-parallel functions, which only work inside a torch.distributed process group.
+NAMESPACED = {"attention.numpy_reference", "attention.examples", "attention.distributed"}
 EXPORTED_MODULES = [m for m in PUBLIC_MODULES if m.__name__ not in NAMESPACED]
 PUBLIC_OBJECTS = {
     f"{module.__name__}.{name}": getattr(module, name)

@@ -54,11 +54,16 @@ def test_reference_index_tables_render_every_row(built_site: Path) -> None:
     assert sum(map(len, body_rows)) == source_table_rows(SOURCE.read_text(encoding="utf-8"))
     summary, conventions = body_rows  # the page has exactly these two tables
 
-    # The summary lists every public object once, plus the NumPy reference module and
-    # the worked examples' names (a namespace, so written with it).
+    # The summary lists every public object once, plus the NumPy reference module, the
+    # worked examples' and the distributed functions' names (namespaces, so written
+    # with them).
     listed = [code.text() for row in summary for code in cells(row)[0].iter() if code.tag == "code"]
-    examples = [f"examples.{name}" for name in attention.examples.__all__]
-    assert sorted(listed) == sorted([*attention.__all__, "numpy_reference", *examples])
+    namespaced = [
+        f"{module.__name__.split('.')[1]}.{name}"
+        for module in (attention.examples, attention.distributed)
+        for name in module.__all__
+    ]
+    assert sorted(listed) == sorted([*attention.__all__, "numpy_reference", *namespaced])
 
     # The mask conventions: every row fills its three columns (the bullet the table
     # swallowed was a row with one cell of text and two empty ones).

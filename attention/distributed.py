@@ -1,0 +1,1132 @@
+r"""Sequence-parallel attention: one sequence split across processes, attended exactly.
+
+When a sequence is too long for one device, each of $W$ processes (*ranks*) keeps
+$N / W$ of its positions: its own rows of $Q$, $K$ and $V$. Every query still has to
+see every key, so the ranks must exchange something. Three ways, each a function that
+takes the local shard of ``query``, ``key`` and ``value`` on each rank and returns the
+local shard of the output, differentiable through the communication:
+
+* [`ring_attention`][attention.distributed.ring_attention] (Liu et al., 2023): the
+  key/value blocks travel around a ring of ranks, one hop per step; each rank attends
+  its queries to the block it holds and merges the partial results with the online
+  softmax's rule. Memory per rank stays $O(N / W)$; each rank sends $W - 1$ blocks.
+* [`all_gather_attention`][attention.distributed.all_gather_attention] (the context
+  parallelism of Llama 3's training): every rank gathers all keys and values, attends
+  its queries to them, and the key/value gradients are reduce-scattered back.
+  Same traffic, one collective, but $O(N)$ keys and values per rank.
+* [`ulysses_attention`][attention.distributed.ulysses_attention] (DeepSpeed-Ulysses,
+  Jacobs et al., 2023): an all-to-all re-shards $Q$, $K$, $V$ from "all heads, $N/W$
+  positions" to "$H/W$ heads, all positions", each rank attends its heads over the
+  whole sequence, and a second all-to-all re-shards the output back. Each rank sends
+  $4 \cdot \frac{W-1}{W}$ of its shard: traffic falls as $W$ grows. Needs $H$ and
+  $H_{kv}$ divisible by $W$.
+
+Inside each rank, attention is the package's tiled loop (`flash_attention`'s): no
+$L \times S$ matrix is built, forward or backward. Partial results over disjoint key
+sets are merged by their log-sum-exps (`attention._tiled.merge_partials`), the same
+rule the tiled loop applies tile by tile.
+
+**Causal attention** needs the global position of every local row. With the
+``"contiguous"`` layout, rank $r$ holds positions $rN/W$ to $(r+1)N/W - 1$, and the
+first rank has almost nothing to attend to while the last attends to everything.
+The ``"zigzag"`` layout cuts the sequence into $2W$ chunks and gives rank $r$ chunks
+$r$ and $2W - 1 - r$: every rank then does the same work. Use
+[`shard_sequence`][attention.distributed.shard_sequence] to split a full tensor and
+[`gather_sequence`][attention.distributed.gather_sequence] to put it back together.
+
+Every function here must be called by all ranks of the process group, with shards of
+the same shape. Collectives wait at most the process group's ``timeout``
+(`torch.distributed.init_process_group`); [`run_on_ranks`][attention.distributed.run_on_ranks]
+starts a group on this machine and fails cleanly when one rank fails or hangs.
+
+References:
+    - Liu, Zaharia and Abbeel, "Ring Attention with Blockwise Transformers for
+      Near-Infinite Context", 2023. [arXiv:2310.01889](https://arxiv.org/abs/2310.01889)
+    - Jacobs, Tanaka, Zhang, Zhang, Song, Rajbhandari and He, "DeepSpeed Ulysses:
+      System Optimizations for Enabling Training of Extreme Long Sequence Transformer
+      Models", 2023. [arXiv:2309.14509](https://arxiv.org/abs/2309.14509)
+    - Llama Team, "The Llama 3 Herd of Models", 2024, section 3.3.2 (context
+      parallelism by all-gather). [arXiv:2407.21783](https://arxiv.org/abs/2407.21783)
+    - Brandon, Nrusimha, Qian, Ankner, Jin, Song and Ragan-Kelley, "Striped
+      Attention: Faster Ring Attention for Causal Transformers", 2023 (load balance).
+      [arXiv:2311.09431](https://arxiv.org/abs/2311.09431)
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import multiprocessing.connection
+import os
+import socket
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import Tensor
+
+from attention._checks import (
+    broadcast_shapes,
+    check_flag,
+    check_query_key,
+    check_scale,
+    check_value,
+    shape_str,
+)
+from attention._tiled import Band, _backward, _forward, make_schedule, merge_partials
+from attention.functional import default_scale, working_dtype
+
+__all__ = [
+    "Traffic",
+    "all_gather_attention",
+    "count_traffic",
+    "gather_sequence",
+    "ring_attention",
+    "run_on_ranks",
+    "shard_sequence",
+    "ulysses_attention",
+    "unshard_sequence",
+]
+
+Layout = Literal["contiguous", "zigzag"]
+LAYOUTS = ("contiguous", "zigzag")
+BLOCK = 256  # query and key tile size of the loop inside each rank, as flash_attention's
+_KV_TAG, _GRAD_TAG = 0, 8  # message tags: keys, values and mask; their gradients
+
+
+# ---------------------------------------------------------------------------------------
+# Splitting a sequence across ranks
+
+
+def chunk_ids(rank: int, world_size: int, layout: Layout) -> tuple[int, ...]:
+    """The chunks of the sequence rank ``rank`` holds, in order (see the module docstring)."""
+    if layout == "contiguous":
+        return (rank,)  # W chunks
+    return (rank, 2 * world_size - 1 - rank)  # 2W chunks
+
+
+def shard_sequence(
+    x: Tensor,
+    rank: int,
+    world_size: int,
+    *,
+    layout: Layout = "contiguous",
+    dim: int = -2,
+) -> Tensor:
+    """The part of a full sequence that rank ``rank`` of ``world_size`` holds.
+
+    Args:
+        x: Full tensor; its sequence axis is ``dim`` (``(B, H, N, D)``: ``-2``).
+        rank: This rank, ``0 <= rank < world_size``.
+        world_size: Number of ranks $W$.
+        layout: ``"contiguous"``: rank $r$ holds positions $rN/W$ to $(r+1)N/W - 1$.
+            ``"zigzag"``: cut into $2W$ chunks, rank $r$ holds chunks $r$ and
+            $2W - 1 - r$ (balanced causal work).
+        dim: The sequence axis.
+
+    Returns:
+        A copy of the shard, with ``N / W`` positions along ``dim``.
+
+    Raises:
+        ValueError: If the length does not divide evenly (``W`` chunks, or ``2W`` for
+            ``"zigzag"``), or ``rank``, ``world_size`` or ``layout`` is invalid.
+
+    Examples:
+        >>> import torch
+        >>> from attention.distributed import shard_sequence
+        >>> x = torch.arange(8).view(1, 8, 1)  # (B, N, D): positions 0..7
+        >>> shard_sequence(x, 0, 2, layout="zigzag").flatten().tolist()
+        [0, 1, 6, 7]
+        >>> shard_sequence(x, 1, 2, layout="zigzag").flatten().tolist()
+        [2, 3, 4, 5]
+    """
+    chunks = _chunks(x, world_size, layout, dim)
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, world_size={world_size}); got {rank}")
+    ids = chunk_ids(rank, world_size, layout)
+    return torch.cat([chunks[i] for i in ids], dim=dim)
+
+
+def unshard_sequence(
+    shards: list[Tensor], *, layout: Layout = "contiguous", dim: int = -2
+) -> Tensor:
+    """The full sequence from every rank's shard, in rank order: `shard_sequence` undone.
+
+    Args:
+        shards: The shard of each rank, rank 0 first.
+        layout: How the sequence was split (see `shard_sequence`).
+        dim: The sequence axis.
+
+    Returns:
+        The full tensor, with ``len(shards)`` times a shard's length along ``dim``.
+
+    Raises:
+        ValueError: If ``layout`` is not one of ``"contiguous"``, ``"zigzag"``.
+
+    Examples:
+        >>> import torch
+        >>> from attention.distributed import shard_sequence, unshard_sequence
+        >>> x = torch.arange(12).view(1, 12, 1)
+        >>> shards = [shard_sequence(x, r, 3, layout="zigzag") for r in range(3)]
+        >>> [s.flatten().tolist() for s in shards]
+        [[0, 1, 10, 11], [2, 3, 8, 9], [4, 5, 6, 7]]
+        >>> torch.equal(unshard_sequence(shards, layout="zigzag"), x)
+        True
+    """
+    _check_layout(layout)
+    world_size = len(shards)
+    chunks: dict[int, Tensor] = {}
+    for rank, shard in enumerate(shards):
+        ids = chunk_ids(rank, world_size, layout)
+        for i, chunk in zip(ids, shard.chunk(len(ids), dim=dim), strict=True):
+            chunks[i] = chunk
+    return torch.cat([chunks[i] for i in sorted(chunks)], dim=dim)
+
+
+def gather_sequence(
+    x: Tensor,
+    *,
+    layout: Layout = "contiguous",
+    dim: int = -2,
+    group: dist.ProcessGroup | None = None,
+) -> Tensor:
+    """The full sequence, on every rank, from each rank's shard ``x`` (not differentiable).
+
+    Args:
+        x: This rank's shard (every rank's has the same shape).
+        layout: How the sequence was split (see `shard_sequence`).
+        dim: The sequence axis.
+        group: The process group; the default group if ``None``.
+
+    Returns:
+        The tensor `shard_sequence` was given, with ``W`` times the shard's length.
+
+    Raises:
+        ValueError: If ``layout`` is not one of ``"contiguous"``, ``"zigzag"``.
+
+    Examples:
+        >>> import torch
+        >>> import torch.distributed as dist
+        >>> from attention.distributed import gather_sequence
+        >>> # A group of one rank, in this process (torchrun would start W of them).
+        >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        >>> gather_sequence(torch.arange(4).view(1, 4, 1)).flatten().tolist()
+        [0, 1, 2, 3]
+        >>> dist.destroy_process_group()
+    """
+    _check_layout(layout)
+    shards = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(shards, x.contiguous(), group=group)
+    _record("all_gather", sent=_bytes(x), received=_bytes(x) * (len(shards) - 1))
+    return unshard_sequence(shards, layout=layout, dim=dim)
+
+
+def _chunks(x: Tensor, world_size: int, layout: Layout, dim: int) -> tuple[Tensor, ...]:
+    _check_layout(layout)
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be an int >= 1; got {world_size!r}")
+    count = world_size * len(chunk_ids(0, world_size, layout))
+    if x.shape[dim] % count:
+        raise ValueError(
+            f"a sequence of length {x.shape[dim]} (axis {dim} of {shape_str(x)}) cannot be "
+            f"split into {count} equal chunks for {world_size} ranks with layout "
+            f"{layout!r}; pad it to a multiple of {count}"
+        )
+    return x.chunk(count, dim=dim)
+
+
+def _check_layout(layout: object) -> None:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}; got {layout!r}")
+
+
+# ---------------------------------------------------------------------------------------
+# Counting what is sent
+
+
+@dataclass
+class Traffic:
+    """Bytes this rank sent and received inside `count_traffic`, by operation.
+
+    Args:
+        sent: Bytes sent, by operation (``"send/recv"``, ``"all_gather"``,
+            ``"reduce_scatter"``, ``"all_to_all"``, ``"shape check"``).
+        received: Bytes received, by operation.
+
+    Examples:
+        >>> from collections import Counter
+        >>> from attention.distributed import Traffic
+        >>> traffic = Traffic(sent=Counter({"send/recv": 4096, "shape check": 96}))
+        >>> traffic.sent_bytes, traffic.received_bytes
+        (4192, 0)
+    """
+
+    sent: Counter[str] = field(default_factory=Counter)
+    received: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def sent_bytes(self) -> int:
+        """All bytes sent, every operation together."""
+        return sum(self.sent.values())
+
+    @property
+    def received_bytes(self) -> int:
+        """All bytes received, every operation together."""
+        return sum(self.received.values())
+
+
+_counters: list[Traffic] = []
+
+
+@contextmanager
+def count_traffic() -> Iterator[Traffic]:
+    """Count the bytes this rank sends and receives through the functions of this module.
+
+    What is counted is each rank's share of the data an operation moves, as the
+    algorithm sees it (an all-gather of $W$ blocks sends this rank's block and
+    receives the $W - 1$ others): how the backend routes it is not visible here.
+
+    Returns:
+        A context manager; its target, a `Traffic`, fills up while the block runs.
+
+    Raises:
+        RuntimeError: Only as the counted code does; counting adds no failure of its own.
+
+    Examples:
+        >>> import torch
+        >>> import torch.distributed as dist
+        >>> from attention.distributed import count_traffic, ring_attention
+        >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        >>> q = torch.randn(1, 2, 16, 8)  # (B, H, n, D), float32
+        >>> with count_traffic() as traffic:
+        ...     _ = ring_attention(q, q, q)
+        >>> dict(traffic.sent)  # one rank: no block to pass, only the shape check
+        {'shape check': 96}
+        >>> dist.destroy_process_group()
+    """
+    traffic = Traffic()
+    _counters.append(traffic)
+    try:
+        yield traffic
+    finally:
+        _counters.remove(traffic)
+
+
+def _record(op: str, *, sent: int, received: int) -> None:
+    for traffic in _counters:
+        traffic.sent[op] += sent
+        traffic.received[op] += received
+
+
+def _bytes(*tensors: Tensor | None) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+# ---------------------------------------------------------------------------------------
+# Attention of local queries to one block of keys, in chunks of known global position
+
+
+@dataclass(frozen=True)
+class _Blocks:
+    """Where the rows are: chunk ids of the queries and of each key/value block."""
+
+    causal: bool
+    scale: float
+    query_chunks: tuple[int, ...]
+    chunk: int  # positions per chunk
+
+    def pairs(self, key_chunks: tuple[int, ...]) -> Iterator[tuple[int, int, Any]]:
+        """``(query chunk index, key chunk index, schedule)`` for every pair to compute.
+
+        With causal masking a key chunk after a query chunk is skipped, a chunk against
+        itself is the causal diagonal, and an earlier key chunk is seen whole.
+        """
+        for a, qa in enumerate(self.query_chunks):
+            for b, kb in enumerate(key_chunks):
+                if self.causal and kb > qa:
+                    continue  # every key is in the query's future
+                band = Band(low=0, high=None) if self.causal and kb == qa else None
+                yield a, b, make_schedule(self.chunk, self.chunk, BLOCK, BLOCK, band=band)
+
+
+def _key_chunk(mask: Tensor | None, i: int, chunk: int) -> Tensor | None:
+    """Chunk ``i`` of a keep-mask's key axis (the last one)."""
+    return None if mask is None else mask[..., i * chunk : (i + 1) * chunk]
+
+
+def _attend_block(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, spec: _Blocks, key_chunks: tuple[int, ...]
+) -> tuple[Tensor, Tensor]:
+    """Output and log-sum-exp (``-inf``: no key) of the local queries over one block."""
+    n = spec.chunk
+    batch = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    out = q.new_zeros(*batch, q.shape[-2], v.shape[-1])
+    lse = out.new_full(out.shape[:-1], float("-inf"))
+    for a, b, schedule in spec.pairs(key_chunks):
+        rows, cols = slice(a * n, (a + 1) * n), slice(b * n, (b + 1) * n)
+        keys = (k[..., cols, :], v[..., cols, :], _key_chunk(mask, b, n))
+        o, s = _forward(q[..., rows, :], *keys, schedule, spec.scale)
+        s = s.masked_fill(torch.isposinf(s), float("-inf"))  # the loop's "no key" is +inf
+        out[..., rows, :], lse[..., rows] = merge_partials(out[..., rows, :], lse[..., rows], o, s)
+    return out, lse
+
+
+def _block_grads(
+    grad_out: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    out: Tensor,
+    lse: Tensor,
+    spec: _Blocks,
+    key_chunks: tuple[int, ...],
+) -> tuple[Tensor, Tensor, Tensor]:
+    r"""This block's share of the gradients, given the final output and log-sum-exp.
+
+    With the *global* log-sum-exp, $P = e^{Z - \text{lse}}$ of a block is exactly that
+    block's part of the softmax, so the tiled loop's backward applied block by block
+    gives each block's gradient terms; they add up to the full gradient.
+    """
+    n = spec.chunk
+    lse = lse.masked_fill(torch.isneginf(lse), float("inf"))  # the loop's "no key"
+    grad_q, grad_k, grad_v = (torch.zeros_like(t) for t in (q, k, v))
+    for a, b, schedule in spec.pairs(key_chunks):
+        rows, cols = slice(a * n, (a + 1) * n), slice(b * n, (b + 1) * n)
+        gq, gk, gv, _ = _backward(
+            grad_out[..., rows, :],
+            q[..., rows, :],
+            k[..., cols, :],
+            v[..., cols, :],
+            _key_chunk(mask, b, n),
+            out[..., rows, :],
+            lse[..., rows],
+            schedule,
+            spec.scale,
+            False,
+        )
+        grad_q[..., rows, :] += gq
+        grad_k[..., cols, :] += gk
+        grad_v[..., cols, :] += gv
+    return grad_q, grad_k, grad_v
+
+
+class _LocalAttention(torch.autograd.Function):
+    """Local queries against keys given as ``W`` blocks (all-gather, Ulysses)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        spec: _Blocks,
+        blocks: tuple[tuple[int, ...], ...],
+    ) -> Tensor:
+        out, lse = q.new_zeros(0), q.new_zeros(0)
+        width = k.shape[-2] // len(blocks)
+        for i, key_chunks in enumerate(blocks):
+            cols = slice(i * width, (i + 1) * width)
+            part = _attend_block(
+                q, k[..., cols, :], v[..., cols, :], _cols(mask, cols), spec, key_chunks
+            )
+            out, lse = part if i == 0 else merge_partials(out, lse, *part)
+        ctx.save_for_backward(q, k, v, mask, out, lse)
+        ctx.spec, ctx.blocks = spec, blocks
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+        q, k, v, mask, out, lse = ctx.saved_tensors
+        width = k.shape[-2] // len(ctx.blocks)
+        grad_q = torch.zeros_like(q)
+        grad_k, grad_v = torch.zeros_like(k), torch.zeros_like(v)
+        for i, key_chunks in enumerate(ctx.blocks):
+            cols = slice(i * width, (i + 1) * width)
+            gq, gk, gv = _block_grads(
+                grad_out,
+                q,
+                k[..., cols, :],
+                v[..., cols, :],
+                _cols(mask, cols),
+                out,
+                lse,
+                ctx.spec,
+                key_chunks,
+            )
+            grad_q += gq
+            grad_k[..., cols, :] = gk
+            grad_v[..., cols, :] = gv
+        return grad_q, grad_k, grad_v, None, None, None
+
+
+def _cols(mask: Tensor | None, cols: slice) -> Tensor | None:
+    return None if mask is None else mask[..., cols]
+
+
+# ---------------------------------------------------------------------------------------
+# Ring attention
+
+
+class _RingAttention(torch.autograd.Function):
+    """Keys and values go around the ring; in backward, so do their gradients."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        spec: _Blocks,
+        layout: Layout,
+        group: dist.ProcessGroup | None,
+    ) -> Tensor:
+        rank, world = dist.get_rank(group), dist.get_world_size(group)
+        block = (k, v, mask)
+        out = lse = None
+        for step in range(world):
+            # Post the next block's transfer first: it travels while this one is used.
+            pending = _pass_along(block, group, _KV_TAG) if step < world - 1 else None
+            source = (rank - step) % world  # whose keys this rank holds now
+            part = _attend_block(
+                q, block[0], block[1], block[2], spec, chunk_ids(source, world, layout)
+            )
+            out, lse = part if out is None else merge_partials(out, lse, *part)  # type: ignore[arg-type]
+            if pending is not None:
+                block = pending()
+        ctx.save_for_backward(q, k, v, mask, out, lse)
+        ctx.spec, ctx.layout, ctx.group = spec, layout, group
+        return out  # type: ignore[return-value]
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+        q, k, v, mask, out, lse = ctx.saved_tensors
+        group = ctx.group
+        rank, world = dist.get_rank(group), dist.get_world_size(group)
+        grad_q = torch.zeros_like(q)
+        block = (k, v, mask)
+        travelling: tuple[Any, ...] = ()  # the gradients of the block held, so far
+        for step in range(world):
+            pending = _pass_along(block, group, _KV_TAG) if step < world - 1 else None
+            source = (rank - step) % world
+            key_chunks = chunk_ids(source, world, ctx.layout)
+            gq, gk, gv = _block_grads(
+                grad_out, q, block[0], block[1], block[2], out, lse, ctx.spec, key_chunks
+            )
+            grad_q += gq
+            if travelling:  # what the ranks this block visited before added
+                gk, gv = gk + travelling[0], gv + travelling[1]
+            # Send them on; after W hops they are back with the block's owner, complete.
+            travelling = _pass_along((gk, gv), group, _GRAD_TAG)()
+            if pending is not None:
+                block = pending()
+        grad_k, grad_v = travelling
+        return grad_q, grad_k, grad_v, None, None, None, None
+
+
+def _pass_along(
+    tensors: tuple[Tensor | None, ...], group: dist.ProcessGroup | None, tag: int
+) -> Callable[[], tuple[Any, ...]]:
+    """Send ``tensors`` to the next rank and receive the previous rank's, asynchronously.
+
+    Returns a function that waits for the transfer and gives the received tensors
+    (``None`` where ``tensors`` has ``None``). With one rank, the block stays.
+    """
+    if dist.get_world_size(group) == 1:
+        return lambda: tensors
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    to, frm = _global_rank((rank + 1) % world, group), _global_rank((rank - 1) % world, group)
+    present = [t.contiguous() for t in tensors if t is not None]
+    received = [torch.empty_like(t) for t in present]
+    # One tag per tensor of a message, distinct between messages in flight together
+    # (a block's keys and values, and the gradients travelling beside them).
+    ops = [dist.P2POp(dist.isend, t, to, group, tag + i) for i, t in enumerate(present)]
+    ops += [dist.P2POp(dist.irecv, t, frm, group, tag + i) for i, t in enumerate(received)]
+    works = dist.batch_isend_irecv(ops)
+    _record("send/recv", sent=_bytes(*present), received=_bytes(*received))
+
+    def wait() -> tuple[Any, ...]:
+        for work in works:
+            work.wait()
+        it = iter(received)
+        return tuple(None if t is None else next(it) for t in tensors)
+
+    return wait
+
+
+def _global_rank(rank: int, group: dist.ProcessGroup | None) -> int:
+    """A rank of ``group`` as the default group numbers it (what P2P operations take)."""
+    return rank if group is None else dist.get_global_rank(group, rank)
+
+
+# ---------------------------------------------------------------------------------------
+# Collectives with their adjoints
+
+
+class _AllGather(torch.autograd.Function):
+    """Forward: every rank's shard, stacked along the sequence. Backward: reduce-scatter."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
+        world = dist.get_world_size(group)
+        gathered = x.new_empty(world * x.shape[0], *x.shape[1:])  # ranks along axis 0
+        dist.all_gather_single(gathered, x.contiguous(), group=group)
+        gathered = gathered.unflatten(0, (world, x.shape[0]))  # type: ignore[no-untyped-call]
+        _record("all_gather", sent=_bytes(x), received=_bytes(x) * (world - 1))
+        ctx.group = group
+        return torch.cat(gathered.unbind(0), dim=-2)  # (..., W * n, D)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        world = dist.get_world_size(ctx.group)
+        parts = torch.cat(grad.chunk(world, dim=-2))  # (W * B, ..., n, D): ranks along axis 0
+        mine = parts.new_empty(parts.shape[0] // world, *parts.shape[1:])
+        dist.reduce_scatter_single(mine, parts, group=ctx.group)
+        _record(
+            "reduce_scatter", sent=_bytes(parts) - _bytes(mine), received=_bytes(mine) * (world - 1)
+        )
+        return mine, None
+
+
+class _SequenceToHeads(torch.autograd.Function):
+    """All-to-all: ``(B, H, n, D)`` per rank to ``(B, H / W, W * n, D)``; backward inverts it."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
+        ctx.group = group
+        return _sequence_to_heads(x, group)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        return _heads_to_sequence(grad, ctx.group), None
+
+
+class _HeadsToSequence(torch.autograd.Function):
+    """All-to-all: ``(B, H / W, W * n, D)`` per rank back to ``(B, H, n, D)``."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
+        ctx.group = group
+        return _heads_to_sequence(x, group)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        return _sequence_to_heads(grad, ctx.group), None
+
+
+def _all_to_all(x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
+    """Row ``w`` of ``x`` ``(W, ...)`` goes to rank ``w``; row ``w`` of the result came from it."""
+    x = x.contiguous()  # before empty_like, which would copy a view's strides
+    out = torch.empty_like(x)
+    dist.all_to_all_single(out, x, group=group)
+    kept = _bytes(x) // x.shape[0]  # the row a rank keeps for itself
+    _record("all_to_all", sent=_bytes(x) - kept, received=_bytes(out) - kept)
+    return out
+
+
+def _sequence_to_heads(x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
+    world = dist.get_world_size(group)
+    B, H, n, D = x.shape
+    parts = x.view(B, world, H // world, n, D).transpose(0, 1)  # (W, B, H/W, n, D): row w to rank w
+    got = _all_to_all(parts, group)  # (W, B, H/W, n, D): row w is rank w's positions
+    return got.permute(1, 2, 0, 3, 4).reshape(B, H // world, world * n, D)
+
+
+def _heads_to_sequence(x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
+    world = dist.get_world_size(group)
+    B, h, N, D = x.shape
+    parts = x.view(B, h, world, N // world, D).permute(2, 0, 1, 3, 4)  # (W, B, H/W, n, D)
+    got = _all_to_all(parts, group)  # (W, B, H/W, n, D): row w is rank w's heads
+    return got.transpose(0, 1).reshape(B, world * h, N // world, D)
+
+
+# ---------------------------------------------------------------------------------------
+# The three strategies
+
+
+def ring_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    is_causal: bool = False,
+    key_padding_mask: Tensor | None = None,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    layout: Layout = "contiguous",
+    group: dist.ProcessGroup | None = None,
+) -> Tensor:
+    r"""Exact attention over a sequence split across ranks, keys and values passed in a ring.
+
+    At step $s = 0, \dots, W - 1$ rank $r$ holds the key/value block of rank
+    $r - s \pmod W$: it posts that block's transfer to rank $r + 1$ (asynchronous
+    ``isend``/``irecv``, so the transfer overlaps the compute), attends its queries to
+    it with the tiled loop, and merges the result into its running output with the
+    log-sum-exp rule. In backward the blocks go around again, and with each block
+    travel the gradients of its keys and values, accumulated by every rank it visits,
+    until they are back with its owner.
+
+    Args:
+        query: ``(B, H, n, D)``: this rank's $n = N / W$ positions of the sequence.
+        key: ``(B, H, n, D)``, or ``(B, Hkv, n, D)`` with ``enable_gqa``.
+        value: ``(B, H, n, Dv)``, or ``(B, Hkv, n, Dv)`` with ``enable_gqa``.
+        is_causal: Causal self-attention over the *global* positions, which the
+            ``layout`` gives.
+        key_padding_mask: Optional bool ``(B, n)``, this rank's keys; True marks a
+            padding key (PyTorch's meaning). A query with no key left gets zeros.
+        scale: Factor applied to $QK^\top$; defaults to $1/\sqrt{D}$.
+        enable_gqa: Grouped-query attention, as in `flash_attention`.
+        layout: How the sequence was split: ``"contiguous"`` or ``"zigzag"`` (see
+            `shard_sequence`); ``"zigzag"`` balances causal work across ranks.
+        group: The process group; the default group if ``None``.
+
+    Returns:
+        This rank's shard of the output, ``(B, H, n, Dv)``.
+
+    Raises:
+        TypeError: As `flash_attention`, or if ``key_padding_mask`` is not bool.
+        ValueError: As `flash_attention`; if the shard's query and key lengths differ,
+            the lengths differ between ranks, or a chunk would be uneven.
+
+    Examples:
+        On one rank in this process (the sequence "split" in one shard), the result
+        is plain attention; `run_on_ranks` or ``torchrun`` start several ranks.
+
+        >>> import torch
+        >>> import torch.distributed as dist
+        >>> import torch.nn.functional as F
+        >>> from attention.distributed import ring_attention
+        >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        >>> q, k, v = torch.randn(3, 1, 2, 16, 8).unbind(0)  # (B, H, n, D) each
+        >>> out = ring_attention(q, k, v, is_causal=True)
+        >>> expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        >>> torch.allclose(out, expected, atol=1e-6)
+        True
+        >>> dist.destroy_process_group()
+    """
+    q, k, v, mask, spec = _prepare(
+        query, key, value, is_causal, key_padding_mask, scale, enable_gqa, layout, group
+    )
+    q, k, v, mask = _group_heads(q, k, v, mask, enable_gqa)
+    out = _apply(_RingAttention, q, k, v, mask, spec, layout, group)
+    return _finish(out, query, enable_gqa)
+
+
+def all_gather_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    is_causal: bool = False,
+    key_padding_mask: Tensor | None = None,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    layout: Layout = "contiguous",
+    group: dist.ProcessGroup | None = None,
+) -> Tensor:
+    r"""Exact attention over a sequence split across ranks, by gathering all keys and values.
+
+    Every rank gathers the keys and values of all ranks (one ``all_gather`` each) and
+    attends its own queries to them; in backward the gradients of the gathered keys
+    and values are summed back to their owners (``reduce_scatter``). Simple and one
+    collective per tensor, but each rank holds all $N$ keys and values, and (unlike the
+    ring) the transfer cannot overlap the compute. With grouped-query attention the
+    gathered tensors are small: Llama 3 trains with this scheme for that reason.
+
+    Args:
+        query: ``(B, H, n, D)``: this rank's $n = N / W$ positions of the sequence.
+        key: ``(B, H, n, D)``, or ``(B, Hkv, n, D)`` with ``enable_gqa``.
+        value: ``(B, H, n, Dv)``, or ``(B, Hkv, n, Dv)`` with ``enable_gqa``.
+        is_causal: Causal self-attention over the global positions.
+        key_padding_mask: Optional bool ``(B, n)``; True marks a padding key.
+        scale: Factor applied to $QK^\top$; defaults to $1/\sqrt{D}$.
+        enable_gqa: Grouped-query attention, as in `flash_attention`.
+        layout: How the sequence was split: ``"contiguous"`` or ``"zigzag"``.
+        group: The process group; the default group if ``None``.
+
+    Returns:
+        This rank's shard of the output, ``(B, H, n, Dv)``.
+
+    Raises:
+        TypeError: As `ring_attention`.
+        ValueError: As `ring_attention`.
+
+    Examples:
+        >>> import torch
+        >>> import torch.distributed as dist
+        >>> import torch.nn.functional as F
+        >>> from attention.distributed import all_gather_attention
+        >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        >>> q = torch.randn(1, 8, 16, 8)  # (B, H, n, D): 8 query heads
+        >>> k, v = torch.randn(2, 1, 2, 16, 8).unbind(0)  # 2 key/value heads
+        >>> out = all_gather_attention(q, k, v, enable_gqa=True)
+        >>> expected = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        >>> torch.allclose(out, expected, atol=1e-6)
+        True
+        >>> dist.destroy_process_group()
+    """
+    q, k, v, mask, spec = _prepare(
+        query, key, value, is_causal, key_padding_mask, scale, enable_gqa, layout, group
+    )
+    world = dist.get_world_size(group)
+    k_all, v_all = _apply(_AllGather, k, group), _apply(_AllGather, v, group)
+    mask_all = None if mask is None else _gather_keys_mask(mask, group)
+    q, k_all, v_all, mask_all = _group_heads(q, k_all, v_all, mask_all, enable_gqa)
+    blocks = tuple(chunk_ids(rank, world, layout) for rank in range(world))
+    out = _apply(_LocalAttention, q, k_all, v_all, mask_all, spec, blocks)
+    return _finish(out, query, enable_gqa)
+
+
+def ulysses_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    is_causal: bool = False,
+    key_padding_mask: Tensor | None = None,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    layout: Layout = "contiguous",
+    group: dist.ProcessGroup | None = None,
+) -> Tensor:
+    r"""Exact attention over a sequence split across ranks, re-sharded over heads (Ulysses).
+
+    One ``all_to_all`` per tensor turns "all $H$ heads of $N/W$ positions" into
+    "$H / W$ heads of all $N$ positions"; each rank attends those heads over the whole
+    sequence, and one more ``all_to_all`` turns the output back. The backward pass is
+    the same exchanges in reverse. Each rank sends $\frac{W-1}{W}$ of each of four
+    shards: the traffic per rank *falls* as $W$ grows, where the ring's stays about
+    the size of all keys and values. The limit: $W$ may not exceed the number of heads.
+
+    Args:
+        query: ``(B, H, n, D)``: this rank's $n = N / W$ positions of the sequence.
+        key: ``(B, H, n, D)``, or ``(B, Hkv, n, D)`` with ``enable_gqa``.
+        value: ``(B, H, n, Dv)``, or ``(B, Hkv, n, Dv)`` with ``enable_gqa``.
+        is_causal: Causal self-attention over the global positions.
+        key_padding_mask: Optional bool ``(B, n)``; True marks a padding key.
+        scale: Factor applied to $QK^\top$; defaults to $1/\sqrt{D}$.
+        enable_gqa: Grouped-query attention, as in `flash_attention`.
+        layout: How the sequence was split: ``"contiguous"`` or ``"zigzag"``.
+        group: The process group; the default group if ``None``.
+
+    Returns:
+        This rank's shard of the output, ``(B, H, n, Dv)``.
+
+    Raises:
+        TypeError: As `ring_attention`.
+        ValueError: As `ring_attention`, or if ``H`` (or ``Hkv`` with ``enable_gqa``)
+            is not divisible by the number of ranks.
+
+    Examples:
+        >>> import torch
+        >>> import torch.distributed as dist
+        >>> import torch.nn.functional as F
+        >>> from attention.distributed import ulysses_attention
+        >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        >>> q, k, v = torch.randn(3, 1, 4, 16, 8).unbind(0)  # (B, H, n, D) each
+        >>> pad = torch.zeros(1, 16, dtype=torch.bool)
+        >>> pad[:, -3:] = True  # the last three keys are padding
+        >>> out = ulysses_attention(q, k, v, key_padding_mask=pad)
+        >>> keep = ~pad[:, None, None, :]  # (B, 1, 1, n), True = may attend
+        >>> expected = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        >>> torch.allclose(out, expected, atol=1e-6)
+        True
+        >>> dist.destroy_process_group()
+    """
+    world = dist.get_world_size(group)
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if isinstance(t, Tensor) and t.ndim == 4 and t.shape[1] % world:
+            raise ValueError(
+                f"ulysses_attention splits the heads across ranks: the number of {name} "
+                f"heads must be divisible by the number of ranks ({world}); got {name} "
+                f"{shape_str(t)} with {t.shape[1]} heads. Use ring_attention or "
+                "all_gather_attention for this model"
+            )
+    q, k, v, mask, spec = _prepare(
+        query, key, value, is_causal, key_padding_mask, scale, enable_gqa, layout, group
+    )
+    q_h, k_h, v_h = (_apply(_SequenceToHeads, t, group) for t in (q, k, v))  # (B, H/W, N, ·)
+    mask_all = None if mask is None else _gather_keys_mask(mask, group)
+    q_h, k_h, v_h, mask_all = _group_heads(q_h, k_h, v_h, mask_all, enable_gqa)
+    blocks = tuple(chunk_ids(rank, world, layout) for rank in range(world))
+    all_chunks = tuple(i for ids in blocks for i in ids)
+    full = _Blocks(spec.causal, spec.scale, all_chunks, spec.chunk)
+    out_h = _apply(_LocalAttention, q_h, k_h, v_h, mask_all, full, blocks)
+    if enable_gqa:
+        out_h = out_h.flatten(1, 2)  # (B, Hkv, G, N, Dv) -> (B, H/W, N, Dv)
+    out = _apply(_HeadsToSequence, out_h, group)  # (B, H, n, Dv)
+    return out.to(query.dtype)
+
+
+def _apply(function: type[torch.autograd.Function], *args: Any) -> Tensor:
+    """``function.apply(*args)``, typed (``Function.apply`` is not)."""
+    return function.apply(*args)  # type: ignore[no-untyped-call,no-any-return]
+
+
+def _gather_keys_mask(mask: Tensor, group: dist.ProcessGroup | None) -> Tensor:
+    """The keep-masks ``(B, 1, 1, n)`` of every rank, side by side: ``(B, 1, 1, W * n)``."""
+    world = dist.get_world_size(group)
+    parts = [torch.empty_like(mask) for _ in range(world)]
+    dist.all_gather(parts, mask.contiguous(), group=group)
+    _record("all_gather", sent=_bytes(mask), received=_bytes(mask) * (world - 1))
+    return torch.cat(parts, dim=-1)
+
+
+def _prepare(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    is_causal: bool,
+    key_padding_mask: Tensor | None,
+    scale: float | None,
+    enable_gqa: bool,
+    layout: Layout,
+    group: dist.ProcessGroup | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None, _Blocks]:
+    """Validate, agree with the other ranks on the shape, and lay out heads for the loop.
+
+    Returns q, k, v in the working dtype, viewed ``(B, Hkv, G, n, D)`` and
+    ``(B, Hkv, 1, n, ·)`` with ``enable_gqa``; the padding mask as a keep-mask that
+    broadcasts over heads and queries; and where this rank's chunks lie.
+    """
+    check_flag("is_causal", is_causal)
+    _check_layout(layout)
+    query, key = check_query_key(query, key, enable_gqa)
+    value = check_value(value, key, enable_gqa, query.shape[-3] if enable_gqa else 0)
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if t.ndim != 4:
+            raise ValueError(
+                f"{name} must be (B, H, n, D) with n this rank's positions; got {shape_str(t)}"
+            )
+    if query.shape[-2] != key.shape[-2]:
+        raise ValueError(
+            "sequence-parallel attention is self-attention over one split sequence: query "
+            f"and key must have the same local length n; got query {shape_str(query)}, "
+            f"key {shape_str(key)}"
+        )
+    B, n = query.shape[0], query.shape[-2]
+    mask = None
+    if key_padding_mask is not None:
+        if not isinstance(key_padding_mask, Tensor) or key_padding_mask.dtype != torch.bool:
+            raise TypeError(
+                "key_padding_mask must be a bool tensor (True marks padding); got "
+                f"{getattr(key_padding_mask, 'dtype', type(key_padding_mask).__name__)}"
+            )
+        if tuple(key_padding_mask.shape) != (B, n):
+            raise ValueError(
+                f"key_padding_mask must be (B, n) = ({B}, {n}), this rank's keys; got "
+                f"{shape_str(key_padding_mask)}"
+            )
+        mask = (~key_padding_mask)[:, None, None, :]  # keep-mask (B, 1, 1, n)
+    world = dist.get_world_size(group)
+    _check_same_shape_everywhere(query, key, value, group)
+    parts = len(chunk_ids(0, world, layout))
+    if n % parts:
+        raise ValueError(
+            f"with layout {layout!r} each rank holds {parts} chunks: the local length n "
+            f"must be divisible by {parts}; got query {shape_str(query)}"
+        )
+    spec = _Blocks(
+        causal=is_causal,
+        scale=default_scale(query, check_scale(scale)),
+        query_chunks=chunk_ids(dist.get_rank(group), world, layout),
+        chunk=n // parts,
+    )
+    dtype = working_dtype(query.dtype)
+    q, k, v = (t.to(dtype) for t in (query, key, value))
+    return q, k, v, mask, spec
+
+
+def _group_heads(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, enable_gqa: bool
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """Grouped-query heads as the tiled loop takes them (see `tiled_attention`).
+
+    Query ``(B, H, n, D)`` is viewed ``(B, Hkv, G, n, D)`` and key and value
+    ``(B, Hkv, 1, n, ·)``: each key/value head broadcasts over its group, unrepeated.
+    """
+    if not enable_gqa:
+        return q, k, v, mask
+    Hkv = k.shape[1]
+    q = q.unflatten(1, (Hkv, q.shape[1] // Hkv))  # type: ignore[no-untyped-call]  # (B, Hkv, G, n, D)
+    return q, k.unsqueeze(2), v.unsqueeze(2), None if mask is None else mask.unsqueeze(2)
+
+
+def _finish(out: Tensor, query: Tensor, enable_gqa: bool) -> Tensor:
+    if enable_gqa:
+        out = out.flatten(1, 2)  # (B, Hkv, G, n, Dv) -> (B, H, n, Dv)
+    return out.to(query.dtype)
+
+
+def _check_same_shape_everywhere(
+    query: Tensor, key: Tensor, value: Tensor, group: dist.ProcessGroup | None
+) -> None:
+    """Compare shapes across ranks first: mismatched transfers would fail or hang later."""
+    mine = torch.tensor([*query.shape, *key.shape, *value.shape], dtype=torch.long)
+    every = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(every, mine, group=group)
+    _record("shape check", sent=_bytes(mine), received=_bytes(mine) * (len(every) - 1))
+    shapes = {tuple(t.tolist()) for t in every}
+    if len(shapes) > 1:
+        listed = "; ".join(
+            f"rank {r}: query {tuple(t[:4].tolist())}, key {tuple(t[4:8].tolist())}"
+            for r, t in enumerate(every)
+        )
+        raise ValueError(
+            "every rank must hold a shard of the same shape (split the sequence evenly, "
+            f"e.g. with shard_sequence); got {listed}"
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# Running a function on W local processes
+
+
+def run_on_ranks(
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    timeout: float = 120.0,
+    threads: int | None = None,
+) -> list[Any]:
+    """Run ``fn(*args)`` in ``world_size`` new processes joined in one gloo process group.
+
+    Each process is a rank of a `torch.distributed` group on ``127.0.0.1`` (a free
+    port) with the gloo backend, so ``dist.get_rank()`` tells it which it is. Returns
+    what ``fn`` returned on each rank, in rank order. If any rank raises, the others
+    are stopped and the error is raised here, with the rank's traceback; if the ranks
+    have not all finished after ``timeout`` seconds (a rank stuck in a collective), all
+    are stopped and `TimeoutError` is raised. Every collective also waits at most
+    ``timeout`` seconds.
+
+    Args:
+        fn: A function importable by name (defined in a module, not in ``__main__`` of a
+            notebook): the processes are *spawned* and import it afresh.
+        world_size: Number of processes.
+        *args: Passed to ``fn`` on every rank (pickled).
+        timeout: Seconds for the whole run, and for each collective.
+        threads: Torch threads per rank; default: this machine's cores divided among
+            the ranks (at least one).
+
+    Returns:
+        ``[fn(*args) on rank 0, ..., on rank world_size - 1]``.
+
+    Raises:
+        ValueError: If ``world_size`` is not a positive int.
+        RuntimeError: If a rank raised (the message holds the traceback of the first
+            rank that failed) or died.
+        TimeoutError: If the ranks did not finish within ``timeout`` seconds.
+
+    Examples:
+        >>> import torch.distributed as dist
+        >>> from attention.distributed import run_on_ranks
+        >>> run_on_ranks(dist.get_world_size, 2)  # each rank's answer, rank 0 first
+        [2, 2]
+    """
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be an int >= 1; got {world_size!r}")
+    threads = threads or max(1, (os.cpu_count() or 1) // world_size)
+    context = mp.get_context("spawn")
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    processes: list[Any] = []
+    readers: dict[multiprocessing.connection.Connection, int] = {}
+    for rank in range(world_size):
+        reader, writer = context.Pipe(duplex=False)
+        process = context.Process(
+            target=_rank_main,
+            args=(fn, args, rank, world_size, address, timeout, threads, writer),
+            daemon=True,
+        )
+        process.start()
+        writer.close()  # the child's end; EOF on the reader then means the child is gone
+        processes.append(process)
+        readers[reader] = rank
+    returned: dict[int, Any] = {}
+    failed: dict[int, tuple[float, str]] = {}  # rank -> (when, traceback)
+    deadline = time.monotonic() + timeout
+    try:
+        while readers:
+            if failed and time.monotonic() > min(when for when, _ in failed.values()) + 1.0:
+                break  # the others had a second to report; the first failure is the cause
+            left = deadline - time.monotonic()
+            if left <= 0 and not failed:
+                missing = sorted(readers.values())
+                raise TimeoutError(
+                    f"ranks {missing} of {world_size} did not finish within {timeout} s"
+                )
+            for ready in multiprocessing.connection.wait(
+                list(readers), timeout=min(max(left, 0), 0.2)
+            ):
+                reader = cast(multiprocessing.connection.Connection, ready)
+                rank = readers.pop(reader)
+                try:
+                    ok, when, payload = reader.recv()
+                except EOFError:  # died without a word (killed, a crash in C)
+                    processes[rank].join(1)
+                    ok, when = False, time.time()
+                    payload = f"the process died (exit code {processes[rank].exitcode})"
+                if ok:
+                    returned[rank] = torch.load(io.BytesIO(payload), weights_only=False)
+                else:
+                    failed[rank] = (when, payload)
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+        for process in processes:
+            process.join(5)
+    if failed:
+        first = min(failed, key=lambda rank: failed[rank][0])
+        others = sorted(set(failed) - {first})
+        after = f"\n(after it, ranks {others} failed too)" if others else ""
+        raise RuntimeError(f"rank {first} of {world_size} failed:\n{failed[first][1]}{after}")
+    return [returned[rank] for rank in range(world_size)]
+
+
+def _rank_main(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    rank: int,
+    world_size: int,
+    address: str,
+    timeout: float,
+    threads: int,
+    parent: multiprocessing.connection.Connection,
+) -> None:
+    torch.set_num_threads(threads)
+    try:
+        dist.init_process_group(
+            "gloo",
+            init_method=address,
+            rank=rank,
+            world_size=world_size,
+            timeout=datetime.timedelta(seconds=timeout),
+        )
+        # As bytes: a tensor sent as is would be shared through this process's memory,
+        # which is gone once it exits.
+        payload = io.BytesIO()
+        torch.save(fn(*args), payload)
+        message: tuple[bool, float, bytes | str] = (True, time.time(), payload.getvalue())
+    except BaseException:  # reported to the parent, which raises it
+        message = (False, time.time(), traceback.format_exc())
+    # Reported before leaving the group: the ranks this one leaves waiting fail after
+    # it, and their errors ("connection reset") are stamped later than the cause.
+    parent.send(message)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    parent.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -1,0 +1,149 @@
+"""attention.distributed: each strategy, run on real processes, equals dense attention.
+
+Every case spawns nothing of its own: one group of 2 ranks and one of 4 (gloo, on
+127.0.0.1) each run all cases in one go (``_distributed_cases.run_cases``), and the
+tests below read what rank 0 measured. The cases cover the three strategies, causal or
+not, both layouts, key padding (including queries left with no key), grouped-query
+heads, float64 (to 1e-10) and float32 (PyTorch's own tolerances, against its kernel),
+outputs and the gradients of query, key and value. Each run has a timeout: a rank that
+fails or hangs fails the test instead of hanging CI, which is itself tested.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from attention.distributed import (
+    count_traffic,
+    run_on_ranks,
+    shard_sequence,
+    unshard_sequence,
+)
+
+sys.path.insert(0, str(Path(__file__).parent))  # tests/ is not a package
+import _distributed_cases as cases
+
+CASES = cases.all_cases()
+WORLD_SIZES = (2, 4)
+TIMEOUT = 300  # seconds for a whole run; each collective waits as long at most
+
+
+# Four ranks on two cores take twice as long per case: float64 only there (the
+# float32 cases check tolerances, which do not depend on the number of ranks).
+RUNS = [(2, case) for case in CASES] + [(4, case) for case in CASES if case.dtype == "float64"]
+
+
+@pytest.fixture(scope="module")
+def measured() -> dict[int, dict[str, Any]]:
+    """Rank 0's differences for every case, for each number of ranks."""
+    return {
+        w: run_on_ranks(cases.run_cases, w, [c for ws, c in RUNS if ws == w], timeout=TIMEOUT)[0]
+        for w in WORLD_SIZES
+    }
+
+
+@pytest.mark.parametrize(
+    ("world_size", "case"), RUNS, ids=[f"{w}ranks-{case.name}" for w, case in RUNS]
+)
+def test_strategy_equals_dense_attention(
+    measured: dict[int, dict[str, Any]], world_size: int, case: cases.Case
+) -> None:
+    errors = measured[world_size][case.name]
+    assert errors["finite"] == 1.0, errors
+    if case.dtype == "float64":
+        assert max(errors[name] for name in ("out", "grad_q", "grad_k", "grad_v")) < 1e-10, errors
+    else:
+        # torch.testing's float32 tolerances (atol 1e-5, rtol 1.3e-6), on values of order 1.
+        assert errors["out"] < 1e-5, errors
+        assert max(errors[n] for n in ("grad_q", "grad_k", "grad_v")) < 2e-5, errors
+
+
+def test_every_case_ran() -> None:
+    names = {c.name for c in CASES}
+    assert len(names) == len(CASES) == 3 * 2 * 2 * 2 * 2 * 2 + 3
+
+
+def test_bad_calls_raise_on_every_rank_without_hanging() -> None:
+    messages = run_on_ranks(cases.errors_raised, 2, timeout=60)[0]
+    assert messages["ulysses_heads"].startswith("ValueError"), messages
+    assert "divisible by the number of ranks (2)" in messages["ulysses_heads"]
+    assert "(1, 3, 8, 8)" in messages["ulysses_heads"]
+    # Rank 1 holds 10 positions, rank 0 holds 8: both ranks say so, none waits forever.
+    assert "rank 0: query (1, 4, 8, 8)" in messages["uneven"]
+    assert "rank 1: query (1, 4, 10, 8)" in messages["uneven"]
+    assert messages["padding_dtype"].startswith("TypeError") and "bool" in messages["padding_dtype"]
+    assert "(B, n) = (1, 8)" in messages["padding_shape"] and "(1, 9)" in messages["padding_shape"]
+    assert "divisible by 2" in messages["zigzag_odd"] and "(1, 4, 7, 8)" in messages["zigzag_odd"]
+    assert "layout must be one of" in messages["layout"] and "'striped'" in messages["layout"]
+    assert "same local length n" in messages["cross"]
+
+
+def test_a_failing_rank_fails_the_run_promptly() -> None:
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"rank 1 of 2 failed:(.|\n)*ArithmeticError: rank one"):
+        run_on_ranks(cases.fail_on_rank_one, 2, timeout=60)
+    assert time.monotonic() - start < 30  # rank 0, waiting in a barrier, was stopped
+
+
+def test_a_hanging_rank_times_out() -> None:
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"ranks \[0, 1\] of 2 did not finish within 3"):
+        run_on_ranks(cases.sleep_forever, 2, timeout=3)
+    assert time.monotonic() - start < 20
+
+
+def test_traffic_matches_the_formulas() -> None:
+    """Bytes each rank sends, one forward and backward, float32 (4 bytes), shard n = N / W.
+
+    Ring: W - 1 hops of keys and values forward; backward, W - 1 hops of them again and
+    W hops of their gradients. All-gather: its block to W - 1 ranks, keys and values;
+    backward, reduce-scatter sends W - 1 blocks of gradients. Ulysses: (W - 1) / W of
+    q, k, v and of the output forward, of their gradients backward. Plus the shape
+    check (an all-gather of 12 int64 per call). In the ring and Ulysses' exchanges every
+    rank receives what it sends.
+    """
+    W, N, H, D = 4, 64, 8, 16
+    block = 4 * H * (N // W) * D  # one tensor's shard, bytes
+    check = 12 * 8  # the shape agreement, sent once per call
+    expected = {
+        "ring": (2 * (W - 1) * block + check, 2 * (W - 1) * block + 2 * W * block),
+        "all_gather": (2 * block + check, 2 * (W - 1) * block),
+        "ulysses": (4 * block * (W - 1) // W + check, 4 * block * (W - 1) // W),
+    }
+    for rank, counts in enumerate(run_on_ranks(cases.traffic, W, N, timeout=60)):
+        for strategy, (forward, backward) in expected.items():
+            got = counts[strategy]
+            assert (got["forward_sent"], got["backward_sent"]) == (forward, backward), (rank, got)
+            if strategy != "all_gather":  # an all-gather receives W - 1 blocks per block sent
+                assert got["backward_received"] == got["backward_sent"], (rank, got)
+
+
+def test_shard_and_unshard_are_inverse() -> None:
+    x = torch.arange(2 * 24 * 3).view(2, 24, 3)
+    for layout in ("contiguous", "zigzag"):
+        shards = [shard_sequence(x, r, 3, layout=layout, dim=1) for r in range(3)]
+        assert all(s.shape == (2, 8, 3) for s in shards)
+        assert torch.equal(unshard_sequence(shards, layout=layout, dim=1), x)
+    zigzag = [
+        shard_sequence(torch.arange(8), r, 2, layout="zigzag", dim=0).tolist() for r in (0, 1)
+    ]
+    assert zigzag == [[0, 1, 6, 7], [2, 3, 4, 5]]
+
+
+def test_shard_refuses_an_uneven_split() -> None:
+    with pytest.raises(ValueError, match=r"length 10 .* cannot be split into 4 equal chunks"):
+        shard_sequence(torch.zeros(1, 10, 2), 0, 2, layout="zigzag")
+    with pytest.raises(ValueError, match=r"rank must be in \[0, world_size=2\); got 2"):
+        shard_sequence(torch.zeros(1, 8, 2), 2, 2)
+
+
+def test_count_traffic_counts_nothing_outside_a_collective() -> None:
+    with count_traffic() as traffic:
+        torch.ones(3).sum()
+    assert traffic.sent_bytes == traffic.received_bytes == 0
