@@ -971,7 +971,9 @@ def _check_same_shape_everywhere(
     query: Tensor, key: Tensor, value: Tensor, group: dist.ProcessGroup | None
 ) -> None:
     """Compare shapes across ranks first: mismatched transfers would fail or hang later."""
-    mine = torch.tensor([*query.shape, *key.shape, *value.shape], dtype=torch.long)
+    # On the tensors' device: NCCL moves only GPU tensors.
+    sizes = [*query.shape, *key.shape, *value.shape]
+    mine = torch.tensor(sizes, dtype=torch.long, device=query.device)
     every = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
     dist.all_gather(every, mine, group=group)
     _record("shape check", sent=_bytes(mine), received=_bytes(mine) * (len(every) - 1))
