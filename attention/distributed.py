@@ -1,7 +1,7 @@
 r"""Sequence-parallel attention: one sequence split across processes, attended exactly.
 
 When a sequence is too long for one device, each of $W$ processes (*ranks*) keeps
-$N / W$ of its positions: its own rows of $Q$, $K$ and $V$. Every query still has to
+$n / W$ of its $n$ positions: its own rows of $Q$, $K$ and $V$. Every query still has to
 see every key, so the ranks must exchange something. Three ways, each a function that
 takes the local shard of ``query``, ``key`` and ``value`` on each rank and returns the
 local shard of the output, differentiable through the communication:
@@ -9,13 +9,13 @@ local shard of the output, differentiable through the communication:
 * [`ring_attention`][attention.distributed.ring_attention] (Liu et al., 2023): the
   key/value blocks travel around a ring of ranks, one hop per step; each rank attends
   its queries to the block it holds and merges the partial results with the online
-  softmax's rule. Memory per rank stays $O(N / W)$; each rank sends $W - 1$ blocks.
+  softmax's rule. Memory per rank stays $O(n / W)$; each rank sends $W - 1$ blocks.
 * [`all_gather_attention`][attention.distributed.all_gather_attention] (the context
   parallelism of Llama 3's training): every rank gathers all keys and values, attends
   its queries to them, and the key/value gradients are reduce-scattered back.
-  Same traffic, one collective, but $O(N)$ keys and values per rank.
+  Same traffic, one collective, but $O(n)$ keys and values per rank.
 * [`ulysses_attention`][attention.distributed.ulysses_attention] (DeepSpeed-Ulysses,
-  Jacobs et al., 2023): an all-to-all re-shards $Q$, $K$, $V$ from "all heads, $N/W$
+  Jacobs et al., 2023): an all-to-all re-shards $Q$, $K$, $V$ from "all heads, $n/W$
   positions" to "$H/W$ heads, all positions", each rank attends its heads over the
   whole sequence, and a second all-to-all re-shards the output back. Each rank sends
   $4 \cdot \frac{W-1}{W}$ of its shard: traffic falls as $W$ grows. Needs $H$ and
@@ -27,7 +27,7 @@ sets are merged by their log-sum-exps (`attention._tiled.merge_partials`), the s
 rule the tiled loop applies tile by tile.
 
 **Causal attention** needs the global position of every local row. With the
-``"contiguous"`` layout, rank $r$ holds positions $rN/W$ to $(r+1)N/W - 1$, and the
+``"contiguous"`` layout, rank $r$ holds positions $rn/W$ to $(r+1)n/W - 1$, and the
 first rank has almost nothing to attend to while the last attends to everything.
 The ``"zigzag"`` layout cuts the sequence into $2W$ chunks and gives rank $r$ chunks
 $r$ and $2W - 1 - r$: every rank then does the same work. Use
@@ -123,16 +123,16 @@ def shard_sequence(
     """The part of a full sequence that rank ``rank`` of ``world_size`` holds.
 
     Args:
-        x: Full tensor; its sequence axis is ``dim`` (``(B, H, N, D)``: ``-2``).
+        x: Full tensor; its sequence axis is ``dim`` (``(B, H, n, D)``: ``-2``).
         rank: This rank, ``0 <= rank < world_size``.
         world_size: Number of ranks $W$.
-        layout: ``"contiguous"``: rank $r$ holds positions $rN/W$ to $(r+1)N/W - 1$.
+        layout: ``"contiguous"``: rank $r$ holds positions $rn/W$ to $(r+1)n/W - 1$.
             ``"zigzag"``: cut into $2W$ chunks, rank $r$ holds chunks $r$ and
             $2W - 1 - r$ (balanced causal work).
         dim: The sequence axis.
 
     Returns:
-        A copy of the shard, with ``N / W`` positions along ``dim``.
+        A copy of the shard, with ``n / W`` of the ``n`` positions along ``dim``.
 
     Raises:
         ValueError: If the length does not divide evenly (``W`` chunks, or ``2W`` for
@@ -141,7 +141,7 @@ def shard_sequence(
     Examples:
         >>> import torch
         >>> from attention.distributed import shard_sequence
-        >>> x = torch.arange(8).view(1, 8, 1)  # (B, N, D): positions 0..7
+        >>> x = torch.arange(8).view(1, 8, 1)  # (B, n, D): positions 0..7
         >>> shard_sequence(x, 0, 2, layout="zigzag").flatten().tolist()
         [0, 1, 6, 7]
         >>> shard_sequence(x, 1, 2, layout="zigzag").flatten().tolist()
@@ -304,7 +304,7 @@ def count_traffic() -> Iterator[Traffic]:
         >>> import torch.distributed as dist
         >>> from attention.distributed import count_traffic, ring_attention
         >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-        >>> q = torch.randn(1, 2, 16, 8)  # (B, H, n, D), float32
+        >>> q = torch.randn(1, 2, 16, 8)  # (B, H, n / W, D), float32
         >>> with count_traffic() as traffic:
         ...     _ = ring_attention(q, q, q)
         >>> dict(traffic.sent)  # one rank: no block to pass, only the shape check
@@ -676,12 +676,12 @@ def ring_attention(
     until they are back with its owner.
 
     Args:
-        query: ``(B, H, n, D)``: this rank's $n = N / W$ positions of the sequence.
-        key: ``(B, H, n, D)``, or ``(B, Hkv, n, D)`` with ``enable_gqa``.
-        value: ``(B, H, n, Dv)``, or ``(B, Hkv, n, Dv)`` with ``enable_gqa``.
+        query: ``(B, H, n / W, D)``: this rank's $n / W$ of the sequence's $n$ positions.
+        key: ``(B, H, n / W, D)``, or ``(B, Hkv, n / W, D)`` with ``enable_gqa``.
+        value: ``(B, H, n / W, Dv)``, or ``(B, Hkv, n / W, Dv)`` with ``enable_gqa``.
         is_causal: Causal self-attention over the *global* positions, which the
             ``layout`` gives.
-        key_padding_mask: Optional bool ``(B, n)``, this rank's keys; True marks a
+        key_padding_mask: Optional bool ``(B, n / W)``, this rank's keys; True marks a
             padding key (PyTorch's meaning). A query with no key left gets zeros.
         scale: Factor applied to $QK^\top$; defaults to $1/\sqrt{D}$.
         enable_gqa: Grouped-query attention, as in `flash_attention`.
@@ -690,7 +690,7 @@ def ring_attention(
         group: The process group; the default group if ``None``.
 
     Returns:
-        This rank's shard of the output, ``(B, H, n, Dv)``.
+        This rank's shard of the output, ``(B, H, n / W, Dv)``.
 
     Raises:
         TypeError: As `flash_attention`, or if ``key_padding_mask`` is not bool.
@@ -706,7 +706,7 @@ def ring_attention(
         >>> import torch.nn.functional as F
         >>> from attention.distributed import ring_attention
         >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-        >>> q, k, v = torch.randn(3, 1, 2, 16, 8).unbind(0)  # (B, H, n, D) each
+        >>> q, k, v = torch.randn(3, 1, 2, 16, 8).unbind(0)  # (B, H, n / W, D) each
         >>> out = ring_attention(q, k, v, is_causal=True)
         >>> expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         >>> torch.allclose(out, expected, atol=1e-6)
@@ -738,23 +738,23 @@ def all_gather_attention(
     Every rank gathers the keys and values of all ranks (one ``all_gather`` each) and
     attends its own queries to them; in backward the gradients of the gathered keys
     and values are summed back to their owners (``reduce_scatter``). Simple and one
-    collective per tensor, but each rank holds all $N$ keys and values, and (unlike the
+    collective per tensor, but each rank holds all $n$ keys and values, and (unlike the
     ring) the transfer cannot overlap the compute. With grouped-query attention the
     gathered tensors are small: Llama 3 trains with this scheme for that reason.
 
     Args:
-        query: ``(B, H, n, D)``: this rank's $n = N / W$ positions of the sequence.
-        key: ``(B, H, n, D)``, or ``(B, Hkv, n, D)`` with ``enable_gqa``.
-        value: ``(B, H, n, Dv)``, or ``(B, Hkv, n, Dv)`` with ``enable_gqa``.
+        query: ``(B, H, n / W, D)``: this rank's $n / W$ of the sequence's $n$ positions.
+        key: ``(B, H, n / W, D)``, or ``(B, Hkv, n / W, D)`` with ``enable_gqa``.
+        value: ``(B, H, n / W, Dv)``, or ``(B, Hkv, n / W, Dv)`` with ``enable_gqa``.
         is_causal: Causal self-attention over the global positions.
-        key_padding_mask: Optional bool ``(B, n)``; True marks a padding key.
+        key_padding_mask: Optional bool ``(B, n / W)``; True marks a padding key.
         scale: Factor applied to $QK^\top$; defaults to $1/\sqrt{D}$.
         enable_gqa: Grouped-query attention, as in `flash_attention`.
         layout: How the sequence was split: ``"contiguous"`` or ``"zigzag"``.
         group: The process group; the default group if ``None``.
 
     Returns:
-        This rank's shard of the output, ``(B, H, n, Dv)``.
+        This rank's shard of the output, ``(B, H, n / W, Dv)``.
 
     Raises:
         TypeError: As `ring_attention`.
@@ -766,7 +766,7 @@ def all_gather_attention(
         >>> import torch.nn.functional as F
         >>> from attention.distributed import all_gather_attention
         >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-        >>> q = torch.randn(1, 8, 16, 8)  # (B, H, n, D): 8 query heads
+        >>> q = torch.randn(1, 8, 16, 8)  # (B, H, n / W, D): 8 query heads
         >>> k, v = torch.randn(2, 1, 2, 16, 8).unbind(0)  # 2 key/value heads
         >>> out = all_gather_attention(q, k, v, enable_gqa=True)
         >>> expected = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
@@ -800,26 +800,26 @@ def ulysses_attention(
 ) -> Tensor:
     r"""Exact attention over a sequence split across ranks, re-sharded over heads (Ulysses).
 
-    One ``all_to_all`` per tensor turns "all $H$ heads of $N/W$ positions" into
-    "$H / W$ heads of all $N$ positions"; each rank attends those heads over the whole
+    One ``all_to_all`` per tensor turns "all $H$ heads of $n/W$ positions" into
+    "$H / W$ heads of all $n$ positions"; each rank attends those heads over the whole
     sequence, and one more ``all_to_all`` turns the output back. The backward pass is
     the same exchanges in reverse. Each rank sends $\frac{W-1}{W}$ of each of four
     shards: the traffic per rank *falls* as $W$ grows, where the ring's stays about
     the size of all keys and values. The limit: $W$ may not exceed the number of heads.
 
     Args:
-        query: ``(B, H, n, D)``: this rank's $n = N / W$ positions of the sequence.
-        key: ``(B, H, n, D)``, or ``(B, Hkv, n, D)`` with ``enable_gqa``.
-        value: ``(B, H, n, Dv)``, or ``(B, Hkv, n, Dv)`` with ``enable_gqa``.
+        query: ``(B, H, n / W, D)``: this rank's $n / W$ of the sequence's $n$ positions.
+        key: ``(B, H, n / W, D)``, or ``(B, Hkv, n / W, D)`` with ``enable_gqa``.
+        value: ``(B, H, n / W, Dv)``, or ``(B, Hkv, n / W, Dv)`` with ``enable_gqa``.
         is_causal: Causal self-attention over the global positions.
-        key_padding_mask: Optional bool ``(B, n)``; True marks a padding key.
+        key_padding_mask: Optional bool ``(B, n / W)``; True marks a padding key.
         scale: Factor applied to $QK^\top$; defaults to $1/\sqrt{D}$.
         enable_gqa: Grouped-query attention, as in `flash_attention`.
         layout: How the sequence was split: ``"contiguous"`` or ``"zigzag"``.
         group: The process group; the default group if ``None``.
 
     Returns:
-        This rank's shard of the output, ``(B, H, n, Dv)``.
+        This rank's shard of the output, ``(B, H, n / W, Dv)``.
 
     Raises:
         TypeError: As `ring_attention`.
@@ -832,7 +832,7 @@ def ulysses_attention(
         >>> import torch.nn.functional as F
         >>> from attention.distributed import ulysses_attention
         >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-        >>> q, k, v = torch.randn(3, 1, 4, 16, 8).unbind(0)  # (B, H, n, D) each
+        >>> q, k, v = torch.randn(3, 1, 4, 16, 8).unbind(0)  # (B, H, n / W, D) each
         >>> pad = torch.zeros(1, 16, dtype=torch.bool)
         >>> pad[:, -3:] = True  # the last three keys are padding
         >>> out = ulysses_attention(q, k, v, key_padding_mask=pad)
@@ -905,12 +905,12 @@ def _prepare(
     for name, t in (("query", query), ("key", key), ("value", value)):
         if t.ndim != 4:
             raise ValueError(
-                f"{name} must be (B, H, n, D) with n this rank's positions; got {shape_str(t)}"
+                f"{name} must be (B, H, n / W, D), this rank's positions; got {shape_str(t)}"
             )
     if query.shape[-2] != key.shape[-2]:
         raise ValueError(
             "sequence-parallel attention is self-attention over one split sequence: query "
-            f"and key must have the same local length n; got query {shape_str(query)}, "
+            f"and key must have the same length on this rank; got query {shape_str(query)}, "
             f"key {shape_str(key)}"
         )
     B, n = query.shape[0], query.shape[-2]
@@ -923,7 +923,7 @@ def _prepare(
             )
         if tuple(key_padding_mask.shape) != (B, n):
             raise ValueError(
-                f"key_padding_mask must be (B, n) = ({B}, {n}), this rank's keys; got "
+                f"key_padding_mask must be (B, n / W) = ({B}, {n}), this rank's keys; got "
                 f"{shape_str(key_padding_mask)}"
             )
         mask = (~key_padding_mask)[:, None, None, :]  # keep-mask (B, 1, 1, n)
@@ -932,7 +932,7 @@ def _prepare(
     parts = len(chunk_ids(0, world, layout))
     if n % parts:
         raise ValueError(
-            f"with layout {layout!r} each rank holds {parts} chunks: the local length n "
+            f"with layout {layout!r} each rank holds {parts} chunks: the length on each rank "
             f"must be divisible by {parts}; got query {shape_str(query)}"
         )
     spec = _Blocks(

@@ -11,6 +11,9 @@ fails or hangs fails the test instead of hanging CI, which is itself tested.
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -78,10 +81,12 @@ def test_bad_calls_raise_on_every_rank_without_hanging() -> None:
     assert "rank 0: query (1, 4, 8, 8)" in messages["uneven"]
     assert "rank 1: query (1, 4, 10, 8)" in messages["uneven"]
     assert messages["padding_dtype"].startswith("TypeError") and "bool" in messages["padding_dtype"]
-    assert "(B, n) = (1, 8)" in messages["padding_shape"] and "(1, 9)" in messages["padding_shape"]
+    assert (
+        "(B, n / W) = (1, 8)" in messages["padding_shape"] and "(1, 9)" in messages["padding_shape"]
+    )
     assert "divisible by 2" in messages["zigzag_odd"] and "(1, 4, 7, 8)" in messages["zigzag_odd"]
     assert "layout must be one of" in messages["layout"] and "'striped'" in messages["layout"]
-    assert "same local length n" in messages["cross"]
+    assert "same length on this rank" in messages["cross"]
 
 
 def test_a_failing_rank_fails_the_run_promptly() -> None:
@@ -147,3 +152,23 @@ def test_count_traffic_counts_nothing_outside_a_collective() -> None:
     with count_traffic() as traffic:
         torch.ones(3).sum()
     assert traffic.sent_bytes == traffic.received_bytes == 0
+
+
+def test_the_how_to_check_script_runs_under_torchrun(tmp_path: Path) -> None:
+    """The GPU how-to's script, started as it says, on 2 CPU processes (gloo)."""
+    page = Path(__file__).parents[1] / "docs/how-to/run-sequence-parallel-on-gpus.md"
+    script = re.findall(r"```python\n(.*?)\n```", page.read_text(encoding="utf-8"), re.S)[0]
+    assert "torchrun --nproc-per-node" in script
+    (tmp_path / "sp_check.py").write_text(script, encoding="utf-8")
+    torchrun = Path(sys.executable).with_name("torchrun")
+    done = subprocess.run(
+        [str(torchrun), "--nproc-per-node", "2", "sp_check.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [line for line in done.stdout.splitlines() if "on 2 ranks" in line]
+    assert len(lines) == 3, done.stdout  # ring, all-gather, ulysses: one line each
