@@ -41,7 +41,7 @@ $(NODE_INSTALLED): package.json package-lock.json
 
 .PHONY: test
 test: $(INSTALLED) $(NODE_INSTALLED) browser ## Run the whole suite: unit, doctests, docs snippets, tutorials, strict build, browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=15
 
 .PHONY: docs
 docs: $(INSTALLED) ## Build the site into site/ (strict: any warning fails)
