@@ -514,7 +514,7 @@ class _RingAttention(torch.autograd.Function):
         rank, world = dist.get_rank(group), dist.get_world_size(group)
         grad_q = torch.zeros_like(q)
         block = (k, v, mask)
-        travelling: tuple[Any, ...] = ()  # the gradients of the block held, so far
+        travelling = None  # the transfer of the gradients of the block held next
         for step in range(world):
             pending = _pass_along(block, group, _KV_TAG) if step < world - 1 else None
             source = (rank - step) % world
@@ -523,13 +523,15 @@ class _RingAttention(torch.autograd.Function):
                 grad_out, q, block[0], block[1], block[2], out, lse, ctx.spec, key_chunks
             )
             grad_q += gq
-            if travelling:  # what the ranks this block visited before added
-                gk, gv = gk + travelling[0], gv + travelling[1]
+            if travelling is not None:  # what the ranks this block visited before added
+                earlier_k, earlier_v = travelling()  # arrived during the compute above
+                gk, gv = gk + earlier_k, gv + earlier_v
             # Send them on; after W hops they are back with the block's owner, complete.
-            travelling = _pass_along((gk, gv), group, _GRAD_TAG)()
+            travelling = _pass_along((gk, gv), group, _GRAD_TAG)
             if pending is not None:
                 block = pending()
-        grad_k, grad_v = travelling
+        assert travelling is not None  # world >= 1
+        grad_k, grad_v = travelling()
         return grad_q, grad_k, grad_v, None, None, None, None
 
 
@@ -673,7 +675,8 @@ def ring_attention(
     it with the tiled loop, and merges the result into its running output with the
     log-sum-exp rule. In backward the blocks go around again, and with each block
     travel the gradients of its keys and values, accumulated by every rank it visits,
-    until they are back with its owner.
+    until they are back with its owner; they too travel while the next block's
+    gradients are computed.
 
     Args:
         query: ``(B, H, n / W, D)``: this rank's $n / W$ of the sequence's $n$ positions.
