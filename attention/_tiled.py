@@ -268,7 +268,7 @@ class _TiledAttention(torch.autograd.Function):
         schedule: Schedule,
         scale: float,
     ) -> tuple[Tensor, Tensor]:
-        return _forward(query, key, value, attn_mask, schedule, scale)
+        return tiled_forward(query, key, value, attn_mask, schedule, scale)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
@@ -285,7 +285,7 @@ class _TiledAttention(torch.autograd.Function):
             grads = _dense_backward(grad_out, query, key, value, attn_mask, ctx)
         else:
             mask_needs_grad = ctx.needs_input_grad[3]  # False for a bool mask or no mask
-            grads = _backward(
+            grads = tiled_backward(
                 grad_out,
                 query,
                 key,
@@ -449,7 +449,7 @@ def merge_partials(
     return weight_a * out_a + weight_b * out_b, lse
 
 
-def _forward(
+def tiled_forward(
     query: Tensor,
     key: Tensor,
     value: Tensor,
@@ -488,7 +488,7 @@ def _forward(
     return out, lse
 
 
-def _backward(
+def tiled_backward(
     grad_out: Tensor,
     query: Tensor,
     key: Tensor,

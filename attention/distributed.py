@@ -80,7 +80,7 @@ from attention._checks import (
     check_value,
     shape_str,
 )
-from attention._tiled import Band, _backward, _forward, make_schedule, merge_partials
+from attention._tiled import Band, make_schedule, merge_partials, tiled_backward, tiled_forward
 from attention.functional import default_scale, working_dtype
 
 __all__ = [
@@ -372,7 +372,7 @@ def _attend_block(
     for a, b, schedule in spec.pairs(key_chunks):
         rows, cols = slice(a * n, (a + 1) * n), slice(b * n, (b + 1) * n)
         keys = (k[..., cols, :], v[..., cols, :], _key_chunk(mask, b, n))
-        o, s = _forward(q[..., rows, :], *keys, schedule, spec.scale)
+        o, s = tiled_forward(q[..., rows, :], *keys, schedule, spec.scale)
         s = s.masked_fill(torch.isposinf(s), float("-inf"))  # the loop's "no key" is +inf
         out[..., rows, :], lse[..., rows] = merge_partials(out[..., rows, :], lse[..., rows], o, s)
     return out, lse
@@ -400,7 +400,7 @@ def _block_grads(
     grad_q, grad_k, grad_v = (torch.zeros_like(t) for t in (q, k, v))
     for a, b, schedule in spec.pairs(key_chunks):
         rows, cols = slice(a * n, (a + 1) * n), slice(b * n, (b + 1) * n)
-        gq, gk, gv, _ = _backward(
+        gq, gk, gv, _ = tiled_backward(
             grad_out[..., rows, :],
             q[..., rows, :],
             k[..., cols, :],
