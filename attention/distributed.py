@@ -55,21 +55,23 @@ References:
 from __future__ import annotations
 
 import datetime
-import io
-import multiprocessing.connection
+import json
 import os
 import socket
+import subprocess
+import sys
+import tempfile
 import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from pathlib import Path
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import Tensor
 
 from attention._checks import (
@@ -1014,8 +1016,9 @@ def run_on_ranks(
     ``timeout`` seconds.
 
     Args:
-        fn: A function importable by name (defined in a module, not in ``__main__`` of a
-            notebook): the processes are *spawned* and import it afresh.
+        fn: A function importable by name, from a module on ``sys.path`` (not one
+            defined in a notebook or a script's ``__main__``): each rank is a new
+            Python interpreter, which imports it.
         world_size: Number of processes.
         *args: Passed to ``fn`` on every rank (pickled).
         timeout: Seconds for the whole run, and for each collective.
@@ -1040,55 +1043,26 @@ def run_on_ranks(
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an int >= 1; got {world_size!r}")
     threads = threads or max(1, (os.cpu_count() or 1) // world_size)
-    context = mp.get_context("spawn")
-    address = f"tcp://127.0.0.1:{_free_port()}"
-    processes: list[Any] = []
-    readers: dict[multiprocessing.connection.Connection, int] = {}
-    for rank in range(world_size):
-        reader, writer = context.Pipe(duplex=False)
-        process = context.Process(
-            target=_rank_main,
-            args=(fn, args, rank, world_size, address, timeout, threads, writer),
-            daemon=True,
-        )
-        process.start()
-        writer.close()  # the child's end; EOF on the reader then means the child is gone
-        processes.append(process)
-        readers[reader] = rank
-    returned: dict[int, Any] = {}
-    failed: dict[int, tuple[float, str]] = {}  # rank -> (when, traceback)
-    deadline = time.monotonic() + timeout
-    try:
-        while readers:
-            if failed and time.monotonic() > min(when for when, _ in failed.values()) + 1.0:
-                break  # the others had a second to report; the first failure is the cause
-            left = deadline - time.monotonic()
-            if left <= 0 and not failed:
-                missing = sorted(readers.values())
-                raise TimeoutError(
-                    f"ranks {missing} of {world_size} did not finish within {timeout} s"
-                )
-            for ready in multiprocessing.connection.wait(
-                list(readers), timeout=min(max(left, 0), 0.2)
-            ):
-                reader = cast(multiprocessing.connection.Connection, ready)
-                rank = readers.pop(reader)
-                try:
-                    ok, when, payload = reader.recv()
-                except EOFError:  # died without a word (killed, a crash in C)
-                    processes[rank].join(1)
-                    ok, when = False, time.time()
-                    payload = f"the process died (exit code {processes[rank].exitcode})"
-                if ok:
-                    returned[rank] = torch.load(io.BytesIO(payload), weights_only=False)
-                else:
-                    failed[rank] = (when, payload)
-    finally:
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
-        for process in processes:
-            process.join(5)
+    with tempfile.TemporaryDirectory(prefix="run_on_ranks-") as name:
+        folder = Path(name)
+        # The ranks import fn by name, with this process's sys.path: as a script, a
+        # notebook or a REPL would. They are plain new interpreters, not forks, and
+        # (unlike multiprocessing's spawn) they never re-run this process's __main__.
+        (folder / "sys_path.json").write_text(json.dumps(sys.path), encoding="utf-8")
+        torch.save((fn, args), folder / "task.pt")
+        command = [sys.executable, "-c", _RANK_MAIN, name, str(world_size)]
+        command += [f"tcp://127.0.0.1:{_free_port()}", str(timeout), str(threads)]
+        ranks = [
+            subprocess.Popen([*command, str(rank)], stdin=subprocess.DEVNULL)
+            for rank in range(world_size)
+        ]
+        try:
+            returned, failed = _collect(ranks, folder, timeout)
+        finally:
+            for process in ranks:
+                if process.poll() is None:
+                    process.kill()
+                process.wait()
     if failed:
         first = min(failed, key=lambda rank: failed[rank][0])
         others = sorted(set(failed) - {first})
@@ -1097,38 +1071,79 @@ def run_on_ranks(
     return [returned[rank] for rank in range(world_size)]
 
 
+def _collect(
+    ranks: list[subprocess.Popen[bytes]], folder: Path, timeout: float
+) -> tuple[dict[int, Any], dict[int, tuple[float, str]]]:
+    """Each rank's outcome, as it writes it; stop early after a failure or the timeout.
+
+    Returns what each rank returned and, for each rank that failed, when and how.
+    After the first failure the others get a second to report (a rank left waiting in
+    a collective fails too, later, and its error is not the cause).
+    """
+    returned: dict[int, Any] = {}
+    failed: dict[int, tuple[float, str]] = {}
+    deadline = time.monotonic() + timeout
+    waiting = set(range(len(ranks)))
+    first_failure = None
+    while waiting:
+        for rank in sorted(waiting):
+            outcome = folder / f"rank{rank}.pt"
+            exit_code = ranks[rank].poll()
+            if outcome.exists():
+                ok, when, payload = torch.load(outcome, weights_only=False)
+            elif exit_code is not None:  # gone without a word: killed, a crash in C
+                ok, when, payload = False, time.time(), f"the process died (exit code {exit_code})"
+            else:
+                continue
+            waiting.discard(rank)
+            if ok:
+                returned[rank] = payload
+            else:
+                failed[rank] = (when, payload)
+                first_failure = first_failure or time.monotonic()
+        if first_failure is not None and time.monotonic() > first_failure + 1.0:
+            break
+        if waiting and time.monotonic() > deadline and not failed:
+            raise TimeoutError(
+                f"ranks {sorted(waiting)} of {len(ranks)} did not finish within {timeout} s"
+            )
+        time.sleep(0.02)
+    return returned, failed
+
+
+# What each rank's interpreter runs: the parent's sys.path first, then the package.
+_RANK_MAIN = (
+    "import json, sys; from pathlib import Path; "
+    "sys.path[:] = json.loads(Path(sys.argv[1], 'sys_path.json').read_text()); "
+    "from attention.distributed import _rank_main; _rank_main(*sys.argv[1:])"
+)
+
+
 def _rank_main(
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    rank: int,
-    world_size: int,
-    address: str,
-    timeout: float,
-    threads: int,
-    parent: multiprocessing.connection.Connection,
+    folder: str, world_size: str, address: str, timeout: str, threads: str, rank: str
 ) -> None:
-    torch.set_num_threads(threads)
+    """One rank: join the group, run the task, write the outcome for `run_on_ranks`."""
+    torch.set_num_threads(int(threads))
     try:
         dist.init_process_group(
             "gloo",
             init_method=address,
-            rank=rank,
-            world_size=world_size,
-            timeout=datetime.timedelta(seconds=timeout),
+            rank=int(rank),
+            world_size=int(world_size),
+            timeout=datetime.timedelta(seconds=float(timeout)),
         )
-        # As bytes: a tensor sent as is would be shared through this process's memory,
-        # which is gone once it exits.
-        payload = io.BytesIO()
-        torch.save(fn(*args), payload)
-        message: tuple[bool, float, bytes | str] = (True, time.time(), payload.getvalue())
+        fn, args = torch.load(Path(folder, "task.pt"), weights_only=False)
+        outcome: tuple[bool, float, Any] = (True, time.time(), fn(*args))
     except BaseException:  # reported to the parent, which raises it
-        message = (False, time.time(), traceback.format_exc())
-    # Reported before leaving the group: the ranks this one leaves waiting fail after
-    # it, and their errors ("connection reset") are stamped later than the cause.
-    parent.send(message)
+        outcome = (False, time.time(), traceback.format_exc())
+    # Written before leaving the group: the ranks this one leaves waiting fail after it,
+    # and their errors ("connection reset") are stamped later than the cause. Renamed
+    # into place, so the parent never reads half a file.
+    partial = Path(folder, f"rank{rank}.partial")
+    torch.save(outcome, partial)
+    partial.replace(Path(folder, f"rank{rank}.pt"))
     if dist.is_initialized():
         dist.destroy_process_group()
-    parent.close()
 
 
 def _free_port() -> int:

@@ -1,4 +1,4 @@
-"""What each rank runs in tests/test_distributed.py (spawned processes import it by name).
+"""What each rank runs in tests/test_distributed.py (each rank imports it by name).
 
 Every rank builds the same full tensors from one seed, keeps its shard, runs a strategy,
 and gathers the output and the gradients back; rank 0 compares them with dense

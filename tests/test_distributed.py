@@ -1,6 +1,6 @@
 """attention.distributed: each strategy, run on real processes, equals dense attention.
 
-Every case spawns nothing of its own: one group of 2 ranks and one of 4 (gloo, on
+Every case starts no process of its own: one group of 2 ranks and one of 4 (gloo, on
 127.0.0.1) each run all cases in one go (``_distributed_cases.run_cases``), and the
 tests below read what rank 0 measured. The cases cover the three strategies, causal or
 not, both layouts, key padding (including queries left with no key), grouped-query
