@@ -16,7 +16,7 @@ export NO_MKDOCS_2_WARNING := 1
 
 .PHONY: help
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-15s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(INSTALLED): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is required"'
@@ -67,11 +67,19 @@ serve: $(INSTALLED) ## Build and serve the site with live reload at http://127.0
 	ATTENTION_NOTEBOOK_CACHE=true $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
 # Full run on an idle machine (other processes on the cores distort every time):
-# all implementations, n = 256 ... 8192, about 15 minutes on two cores.
+# all implementations, n = 256 ... 8192, about 15 minutes on two cores; then the
+# sequence-parallel section (ring, all-gather, Ulysses on 2 and 4 processes), about 2.
 .PHONY: bench
-bench: $(INSTALLED) ## Benchmark attention (about 15 min) into benchmarks/results/latest.json
+bench: $(INSTALLED) ## Benchmark attention (about 17 min) into benchmarks/results/latest.json
 	$(BIN)/python -m attention_bench --out benchmarks/results/latest.json \
 		--plot build/bench/latest.png
+
+# The sequence-parallel section alone, merged into the committed results: the
+# implementations' numbers in the file stay as they are.
+.PHONY: bench-parallel
+bench-parallel: $(INSTALLED) ## Re-measure only the sequence-parallel section of latest.json (about 2 min)
+	$(BIN)/python -m attention_bench --only sequence-parallel --merge \
+		--out benchmarks/results/latest.json
 
 .PHONY: bench-quick
 bench-quick: $(INSTALLED) ## A short smoke run of the benchmark into build/bench/quick.json

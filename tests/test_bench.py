@@ -1,10 +1,13 @@
 """The benchmark script: it runs end to end, writes its schema, counts FLOPs and plots.
 
-Nothing here asserts an absolute time: the suite runs on shared machines.
+Nothing here asserts an absolute time: the suite runs on shared machines. The quick run
+includes the sequence-parallel section (two processes, short sequences): its byte
+counts must equal the formulas, written out again here.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -19,6 +22,8 @@ from attention import sliding_window_mask
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = [32, 512]
 IMPLEMENTATIONS = ["naive", "numpy", "flash", "flash_keys_only", "sdpa"]
+STRATEGIES = ["ring", "all_gather", "ulysses"]
+PARALLEL_SIZES = [64, 512]  # two ranks: shards of 32 and 256 positions
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +51,8 @@ def results(tmp_path_factory) -> dict:
         "0.01",
         "--threads",
         "1",  # two threads that wait for each other crawl on a busy machine
+        "--parallel-sizes",
+        *map(str, PARALLEL_SIZES),
     ]
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -56,7 +63,7 @@ def results(tmp_path_factory) -> dict:
 def test_the_results_file_has_the_documented_schema(results, bench):
     assert results["schema"] == bench.SCHEMA_VERSION
     expected = {"created", "machine", "run", "conventions", "matmul", "copy_bandwidth", "accuracy"}
-    assert expected <= set(results)
+    assert expected | {"sequence_parallel"} <= set(results)
     machine = results["machine"]
     for key in ["cpu_model", "logical_cpus", "python", "torch", "numpy", "torch_threads"]:
         assert machine[key], key
@@ -225,3 +232,155 @@ def test_the_committed_results_load(bench):
     # The page quotes the targets from it: a smoke run has no n = 4096 or 8192.
     assert not data["run"]["quick"], "commit the output of `make bench`, not a quick run"
     assert all(row["value"] is not None for row in bench.check_targets(data))
+
+
+def test_the_committed_sequence_parallel_section_is_complete(bench):
+    # The Performance page's section on sequence parallelism reads it.
+    data = bench.load(ROOT / "benchmarks" / "results" / "latest.json")
+    section = data["sequence_parallel"]
+    run = section["run"]
+    assert not run["quick"], "commit the output of `make bench-parallel`, not a quick run"
+    assert run["world_sizes"] == [2, 4] and list(section["strategies"]) == STRATEGIES
+    assert section["machine"]["cpu_model"] and section["created"]
+    check_parallel_records(section, bench)
+    assert all(min(r["peak_extra_bytes"]) > 2**20 for r in section["results"])
+
+
+def check_parallel_records(section, bench):
+    """Every point present, bytes equal to the formulas, memory and time well-formed."""
+    run = section["run"]
+    points = [(r["strategy"], r["world_size"], r["n"]) for r in section["results"]]
+    expected = [(s, W, n) for W in run["world_sizes"] for s in STRATEGIES for n in run["sizes"]]
+    assert sorted(points) == sorted(expected)
+    config = bench.ParallelConfig(sizes=tuple(run["sizes"]), world_sizes=tuple(run["world_sizes"]))
+    for record in section["results"]:
+        strategy, W, n = record["strategy"], record["world_size"], record["n"]
+        s = 4 * 1 * 8 * (n // W) * 64  # one (B, H, n / W, D) float32 shard
+        assert record["shard_bytes"] == s
+        assert record["traffic_formula"] == bench.traffic_formula(strategy, W, s)
+        for mode in bench.MODES:
+            formula = record["traffic_formula"][mode]
+            ranks = record["traffic_by_rank"][mode]
+            assert len(ranks) == W and all(rank == formula for rank in ranks), (points, mode)
+            assert record["traffic"][mode]["sent_by_operation"]["shape check"] == 96
+        terms = bench.memory_formula(strategy, config, n, W)
+        assert record["memory_formula_terms"] == terms
+        assert record["memory_formula_bytes"] == sum(terms.values())
+        peaks = record["peak_extra_bytes"]
+        # 0 is possible for tiny shards: blocks under 128 KiB come from the heap.
+        assert len(peaks) == W and all(isinstance(p, int) and p >= 0 for p in peaks)
+        assert record["memory_ratio"] == pytest.approx(
+            max(peaks) / record["memory_formula_bytes"], rel=1e-3
+        )
+        forward, both = (record["time"][mode] for mode in bench.MODES)
+        assert 0 < forward["median_s"] <= both["median_s"]  # the forward is part of the call
+        assert len(both["rank_median_s"]) == W and both["repeats"] == run["repeats"]
+
+
+def test_sequence_parallel_bytes_equal_the_formulas_on_two_processes(results, bench):
+    section = results["sequence_parallel"]
+    run = section["run"]
+    assert run["quick"] is True and run["world_sizes"] == [2] and run["sizes"] == PARALLEL_SIZES
+    assert run["shape"] == {"B": 1, "H": 8, "D": 64} and run["threads_per_rank"] == {"2": 1}
+    check_parallel_records(section, bench)
+    largest = [r for r in section["results"] if r["n"] == max(PARALLEL_SIZES)]
+    assert all(min(r["peak_extra_bytes"]) > 0 for r in largest)
+    for record in section["results"]:
+        s = record["shard_bytes"]
+        # Written out for W = 2 (forward sent, received; forward + backward sent, received):
+        # ring: 1 hop of k and v; backward 1 hop again and 2 hops of their gradients.
+        # all-gather: k, v out once, 1 of each in; backward reduce-scatters 1 of each.
+        # Ulysses: half of q, k, v, out each way; backward the same again. Plus 96 bytes
+        # of shape check sent to, and received from, the other rank.
+        expected = {
+            "ring": (2 * s, 2 * s, 8 * s, 8 * s),
+            "all_gather": (2 * s, 2 * s, 4 * s, 4 * s),
+            "ulysses": (2 * s, 2 * s, 4 * s, 4 * s),
+        }[record["strategy"]]
+        ways = ("sent", "received")
+        measured = tuple(record["traffic"][m][way] - 96 for m in bench.MODES for way in ways)
+        assert measured == expected, record["strategy"]
+
+
+def test_traffic_formula_for_four_ranks(bench):
+    # The numbers tests/test_distributed.py measures on four processes (N = 64, H = 8,
+    # D = 16: shards of 8 KiB).
+    block = 4 * 8 * 16 * 16
+    ring, gather, ulysses = (bench.traffic_formula(strategy, 4, block) for strategy in STRATEGIES)
+    assert ring["forward"] == {"sent": 6 * block + 96, "received": 6 * block + 3 * 96}
+    assert ring["forward+backward"]["sent"] == 6 * block + 96 + (6 + 8) * block
+    assert gather["forward"] == {"sent": 2 * block + 96, "received": 6 * block + 3 * 96}
+    assert gather["forward+backward"]["sent"] == 2 * block + 96 + 6 * block
+    assert ulysses["forward"] == {"sent": 3 * block + 96, "received": 3 * block + 3 * 96}
+    assert ulysses["forward+backward"]["received"] == 6 * block + 3 * 96
+
+
+def test_memory_formula_grows_as_each_strategy_holds(bench):
+    config = bench.ParallelConfig()
+    MiB = 2**20
+
+    def total(strategy, n, W):
+        return sum(bench.memory_formula(strategy, config, n, W).values()) / MiB
+
+    # n = 4096, W = 2: shards of 4 MiB, tiles of 2 MiB (8 heads of 256 x 256).
+    assert total("ring", 4096, 2) == 12 * 4 + 2 * 2
+    assert total("all_gather", 4096, 2) == (4 + 4 * 2) * 4 + 2 * 2
+    assert total("ulysses", 4096, 2) == 9 * 4 + 2 * 1  # tiles of 4 heads
+    # Ring and Ulysses hold O(n / W): twice the length on twice the ranks costs the same.
+    assert total("ring", 8192, 4) == total("ring", 4096, 2)
+    assert total("ulysses", 8192, 4) < total("ulysses", 4096, 2)  # and smaller tiles
+    # All-gather holds all n keys and values, and their gradients: O(n).
+    assert total("all_gather", 8192, 4) > 1.5 * total("all_gather", 4096, 2)
+
+
+def test_a_wrong_byte_count_fails_the_run(results, bench):
+    from attention_bench.sequence_parallel import check_traffic
+
+    record = copy.deepcopy(results["sequence_parallel"]["results"][0])
+    check_traffic([record])
+    record["traffic_by_rank"]["forward+backward"][1]["received"] += 1
+    with pytest.raises(RuntimeError, match=r"rank 1 measured .* the formula gives"):
+        check_traffic([record])
+
+
+def test_parallel_tables_render_from_the_file(results, bench):
+    for what in ("traffic", "memory", "time"):
+        table = bench.parallel_table(results, what)
+        assert table.count("\n") == 1 + len(STRATEGIES)  # one world size, W = 2
+        assert "≠" not in table
+    traffic = bench.parallel_table(results, "traffic").splitlines()
+    assert traffic[2].startswith("| ring_attention, W = 2 | 8 s / 8 s |")
+    assert bench.parallel_table(results, "traffic", "forward").splitlines()[2].split("|")[2] == (
+        " 2 s / 2 s "
+    )
+    memory = bench.parallel_table(results, "memory").splitlines()
+    assert "| 12 s + 2 T |" in memory[2] and "| 9 s + 1 T |" in memory[4]
+
+
+def test_merge_sections_replaces_only_what_was_measured(bench):
+    old = {"schema": 2, "run": {"sizes": [256]}, "results": ["old"]}
+    parallel = {"run": {"world_sizes": [2]}, "results": ["parallel"]}
+    merged = bench.merge_sections(old, {"schema": 3, "sequence_parallel": parallel})
+    assert merged == {**old, "schema": bench.SCHEMA_VERSION, "sequence_parallel": parallel}
+    # A new run of the implementations keeps the file's sequence-parallel section.
+    again = bench.merge_sections(merged, {"schema": 3, "run": {}, "results": ["new"]})
+    assert again["results"] == ["new"] and again["sequence_parallel"] == parallel
+    with pytest.raises(ValueError, match="schema 1"):
+        bench.merge_sections({"schema": 1}, merged)
+
+
+def test_only_one_section_merged_by_the_command_line(tmp_path, monkeypatch, bench):
+    from attention_bench import cli
+
+    out = tmp_path / "results.json"
+    out.write_text(json.dumps({"schema": 2, "run": {"quick": False}, "results": ["kept"]}))
+
+    def fake_run(config, progress):  # what would run on the processes
+        return {"run": {"sizes": list(config.sizes)}, "results": [{"memory_ratio": 1.5}]}
+
+    monkeypatch.setattr(cli.parallel, "run_sequence_parallel", fake_run)
+    argv = ["--only", "sequence-parallel", "--merge", "--out", str(out), "--no-progress"]
+    assert cli.main([*argv, "--parallel-sizes", "64", "128"]) == 0
+    data = json.loads(out.read_text())
+    assert data["schema"] == bench.SCHEMA_VERSION and data["results"] == ["kept"]
+    assert data["sequence_parallel"]["run"] == {"sizes": [64, 128]}

@@ -172,3 +172,13 @@ def test_the_how_to_check_script_runs_under_torchrun(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if "on 2 ranks" in line]
     assert len(lines) == 3, done.stdout  # ring, all-gather, ulysses: one line each
+
+
+def test_nested_traffic_counters_each_count_what_ran_inside_them() -> None:
+    from attention.distributed import _record  # what every transfer calls
+
+    with count_traffic() as outer:
+        with count_traffic() as inner:
+            _record("send/recv", sent=8, received=8)
+        _record("send/recv", sent=4, received=4)  # after inner closed: outer only
+    assert (outer.sent_bytes, inner.sent_bytes) == (12, 8)

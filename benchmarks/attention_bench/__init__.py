@@ -4,6 +4,7 @@ Installed with the project (``make install``); ``make bench`` runs the full vers
 
     python -m attention_bench --out benchmarks/results/latest.json
     python -m attention_bench --out /tmp/quick.json --quick --sizes 256 512
+    python -m attention_bench --only sequence-parallel --merge --out results.json
 
 Every implementation computes attention for ``B = 1`` sequence of ``H = 8`` heads of
 size ``D = 64`` in float32, self-attention with ``L = S = n``, with and without a causal
@@ -14,10 +15,16 @@ Time is measured in one process for all implementations at each ``n``
 (`attention_bench.cost`), and peak memory is measured in a fresh process per point
 (`attention_bench.memory`); each module's docstring gives the method.
 
+A second section runs one sequence split across $W$ processes with the three
+strategies of `attention.distributed` (ring, all-gather, Ulysses) and measures the
+bytes, peak memory and time of each rank against their formulas
+(`attention_bench.sequence_parallel`).
+
 The modules, in the order a run uses them: `cases` (what is measured), `cost` (FLOPs
 and skipped points), `timing`, `memory`, `accuracy`, `machine`, `run` (a whole run,
-with progress), `report` (reading a results file: tables, plots), `targets` (the
-project's targets as frozen dataclasses) and `cli` (the command line).
+with progress), `sequence_parallel` (the section on several processes), `report`
+(reading a results file: tables, plots), `targets` (the project's targets as frozen
+dataclasses) and `cli` (the command line).
 
 References:
     - Dao et al., "FlashAttention", 2022. [arXiv:2205.14135](https://arxiv.org/abs/2205.14135)
@@ -48,12 +55,21 @@ from attention_bench.report import (
     fit_slope,
     load,
     markdown_table,
+    merge_sections,
     plot_results,
     ratio_comparison,
     series,
     summary,
 )
 from attention_bench.run import run_benchmark
+from attention_bench.sequence_parallel import (
+    ParallelConfig,
+    find_parallel,
+    memory_formula,
+    parallel_table,
+    run_sequence_parallel,
+    traffic_formula,
+)
 from attention_bench.targets import ACCURACY_TARGETS, TARGETS, AccuracyTarget, Target, check_targets
 from attention_bench.timing import median_time, paired_ratio
 
@@ -69,11 +85,13 @@ __all__ = [
     "AccuracyTarget",
     "Config",
     "Implementation",
+    "ParallelConfig",
     "Point",
     "Target",
     "attended_pairs",
     "check_targets",
     "find",
+    "find_parallel",
     "fit_slope",
     "flop_count",
     "load",
@@ -82,12 +100,17 @@ __all__ = [
     "markdown_table",
     "measure_accuracy",
     "median_time",
+    "memory_formula",
+    "merge_sections",
     "naive_attention",
     "paired_ratio",
+    "parallel_table",
     "plot_results",
     "ratio_comparison",
     "run_benchmark",
+    "run_sequence_parallel",
     "series",
     "skip_reason",
     "summary",
+    "traffic_formula",
 ]

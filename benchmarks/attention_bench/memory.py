@@ -20,7 +20,7 @@ import multiprocessing
 import os
 import resource
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -45,22 +45,31 @@ def _reset_peak_rss() -> bool:
     return True
 
 
+def peak_extra_memory(call: Callable[[], object]) -> dict[str, Any]:
+    """The most resident memory ``call()`` adds at once to what the process holds before it.
+
+    Returns ``{"peak_extra_bytes": ..., "memory_method": ...}``: ``VmHWM`` after resetting
+    it (``clear_refs``) minus ``VmRSS`` before the call, or the growth of ``ru_maxrss``
+    (an upper bound) where the high-water mark cannot be reset.
+    """
+    before = proc_bytes("/proc/self/status", "VmRSS")
+    if before is not None and _reset_peak_rss():
+        call()
+        peak, method = proc_bytes("/proc/self/status", "VmHWM"), "VmHWM after clear_refs"
+    else:
+        before, method = _maxrss_bytes(), "ru_maxrss growth (an upper bound)"
+        call()
+        peak = _maxrss_bytes()
+    assert peak is not None and before is not None
+    return {"peak_extra_bytes": max(peak - before, 0), "memory_method": method}
+
+
 def measure_peak_memory(point: Point, config: Config) -> dict[str, Any]:
     """Peak resident memory a call adds on top of its inputs; meant for a fresh process."""
     torch.set_num_threads(config.threads)
     warm_up = replace(point, n=min(point.n, 128))
     make_step(warm_up, config)()  # code pages, thread pool, BLAS buffers: not the call's
-    step = make_step(point, config)
-    before = proc_bytes("/proc/self/status", "VmRSS")
-    if before is not None and _reset_peak_rss():
-        step()
-        peak, method = proc_bytes("/proc/self/status", "VmHWM"), "VmHWM after clear_refs"
-    else:
-        before, method = _maxrss_bytes(), "ru_maxrss growth (an upper bound)"
-        step()
-        peak = _maxrss_bytes()
-    assert peak is not None and before is not None
-    return {"peak_extra_bytes": max(peak - before, 0), "memory_method": method}
+    return peak_extra_memory(make_step(point, config))
 
 
 def _memory_child(connection: Any, point: Point, config: Config) -> None:
@@ -73,23 +82,33 @@ def _memory_child(connection: Any, point: Point, config: Config) -> None:
 
 
 @contextlib.contextmanager
+def freed_memory_returned() -> Iterator[None]:
+    """Processes started inside give every block of 128 KiB or more back when it is freed.
+
+    glibc reads ``MALLOC_MMAP_THRESHOLD_`` when a process starts: blocks of that size or
+    more are then mmapped and returned on free, so the resident size follows what is
+    allocated, and a buffer freed earlier cannot hide a new one.
+    """
+    saved = os.environ.get("MALLOC_MMAP_THRESHOLD_")
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = str(128 * 1024)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("MALLOC_MMAP_THRESHOLD_", None)
+        else:
+            os.environ["MALLOC_MMAP_THRESHOLD_"] = saved
+
+
+@contextlib.contextmanager
 def fresh_processes() -> Iterator[Any]:
     """A forkserver context whose children start from freshly imported libraries."""
     context = multiprocessing.get_context("forkserver")
     # The first backward pass imports symbolic_shapes (over a second): do it once, here.
     backward_import = "torch.fx.experimental.symbolic_shapes"
     context.set_forkserver_preload([__name__, "numpy", "torch", "attention", backward_import])
-    # Read by glibc when the server starts: blocks of 128 KiB or more are mmapped and
-    # returned on free, so the resident size follows what is allocated.
-    saved = os.environ.get("MALLOC_MMAP_THRESHOLD_")
-    os.environ["MALLOC_MMAP_THRESHOLD_"] = str(128 * 1024)
-    try:
+    with freed_memory_returned():  # read by glibc when the server starts
         yield context
-    finally:
-        if saved is None:
-            os.environ.pop("MALLOC_MMAP_THRESHOLD_", None)
-        else:
-            os.environ["MALLOC_MMAP_THRESHOLD_"] = saved
 
 
 def peak_memory_in_fresh_process(context: Any, point: Point, config: Config) -> dict[str, Any]:

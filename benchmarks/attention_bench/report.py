@@ -16,7 +16,10 @@ from attention_bench.cost import flop_count
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-SCHEMA_VERSION = 2  # 2: adds "accuracy" and "paired_ratios"
+# 2: adds "accuracy" and "paired_ratios"; 3: adds "sequence_parallel", optional (a
+# schema-2 file is a schema-3 file without it).
+SCHEMA_VERSION = 3
+PARALLEL_SECTION = "sequence_parallel"  # the key of attention_bench.sequence_parallel's results
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -25,6 +28,30 @@ def load(path: str | Path) -> dict[str, Any]:
     if data.get("schema") != SCHEMA_VERSION:
         raise ValueError(f"{path}: schema {data.get('schema')}, expected {SCHEMA_VERSION}")
     return data
+
+
+def merge_sections(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``old`` results with the sections that ``new`` holds taken from ``new``.
+
+    A results file has two sections: the implementations (every key but
+    ``"sequence_parallel"``: the run, the machine, the records...) and the
+    sequence-parallel one (``"sequence_parallel"``, with its own run and machine). A
+    run of one section merged into a file of both replaces that section only.
+    ``old`` may be of schema 2 (which has no sequence-parallel section); the result
+    is of the current schema.
+    """
+    if old.get("schema") not in (2, SCHEMA_VERSION):
+        raise ValueError(f"cannot merge into schema {old.get('schema')}; expected 2 or 3")
+    if "results" in new:  # the implementations were measured
+        merged = {key: value for key, value in new.items() if key != PARALLEL_SECTION}
+        if PARALLEL_SECTION in old:
+            merged[PARALLEL_SECTION] = old[PARALLEL_SECTION]
+    else:
+        merged = dict(old)
+    if PARALLEL_SECTION in new:
+        merged[PARALLEL_SECTION] = new[PARALLEL_SECTION]
+    merged["schema"] = SCHEMA_VERSION
+    return merged
 
 
 def find(
