@@ -524,7 +524,7 @@ def tiled_backward(
             grad_v_j = grad_v[..., j0:j1, :]  # (..., bk, Dv)
             grad_v_j += (p.transpose(-2, -1) @ do_i).sum_to_size(grad_v_j.shape)
             grad_p = do_i @ value[..., j0:j1, :].transpose(-2, -1)  # (..., bq, bk)
-            grad_s = p * (grad_p - delta_i)  # (..., bq, bk)
+            grad_s = grad_p.sub_(delta_i).mul_(p)  # (..., bq, bk); in place, dP is done
             grad_q_i += (grad_s @ key[..., j0:j1, :]).sum_to_size(grad_q_i.shape)
             grad_k_j = grad_k[..., j0:j1, :]  # (..., bk, D)
             grad_k_j += (grad_s.transpose(-2, -1) @ q_i).sum_to_size(grad_k_j.shape)
