@@ -56,7 +56,7 @@ def script_runs(
     selected = [
         item.callspec.params["tutorial"]
         for item in request.session.items
-        if item.originalname == "test_tutorial_runs_as_a_script"
+        if getattr(item, "originalname", None) == "test_tutorial_runs_as_a_script"
     ]
     timed = [t for t in selected if CLOCK.search(t.read_text(encoding="utf-8"))]
     untimed = [t for t in selected if t not in timed]
