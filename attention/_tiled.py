@@ -457,6 +457,16 @@ def tiled_forward(
     schedule: Schedule,
     scale: float,
 ) -> tuple[Tensor, Tensor]:
+    """The forward loop; returns the output ``(..., L, Dv)`` and log-sum-exp ``(..., L)``."""
+    lead = query.shape[:-2]
+    if attn_mask is None and lead == key.shape[:-2] == value.shape[:-2] and len(lead) != 1:
+        # One batch axis instead of several (a view): every block's products are then
+        # plain batched matrix products, and the output is accumulated in place by
+        # baddbmm_ with no temporary for P V. About 5 % of the forward time at
+        # n = 4096. (Not with a mask tensor: its broadcast axes would be copied whole.)
+        q, k, v = (t.reshape(math.prod(lead), *t.shape[-2:]) for t in (query, key, value))
+        out, lse = tiled_forward(q, k, v, None, schedule, scale)
+        return out.view(*lead, *out.shape[-2:]), lse.view(*lead, lse.shape[-1])
     L, Dv = query.shape[-2], value.shape[-1]
     batch = broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
     mask = _expand_mask(attn_mask, L, schedule.S)
@@ -479,13 +489,21 @@ def tiled_forward(
             rescale = torch.exp(row_max - shift)  # (..., bq, 1): old terms to the new max
             # In place: a new tensor per tile for each would be ~5 % of the forward time.
             row_sum.mul_(rescale).add_(p.sum(dim=-1, keepdim=True))
-            acc.mul_(rescale).add_(p @ value[..., j0:j1, :])  # (..., bq, Dv)
+            _add_product(acc.mul_(rescale), p, value[..., j0:j1, :])  # (..., bq, Dv)
             row_max = new_max
         attended = row_sum > 0  # False for a query whose keys were all masked or skipped
         out[..., i0:i1, :] = acc / row_sum.masked_fill(~attended, 1.0)  # acc is 0 there
         lse_i = (row_max + torch.log(row_sum)).masked_fill(~attended, float("inf"))
         lse[..., i0:i1] = lse_i.squeeze(-1)
     return out, lse
+
+
+def _add_product(acc: Tensor, p: Tensor, v: Tensor) -> None:
+    """``acc += p @ v``; for 3-D tensors of one batch size, in place in the product."""
+    if acc.ndim == p.ndim == v.ndim == 3 and acc.shape[0] == p.shape[0] == v.shape[0]:
+        acc.baddbmm_(p, v)
+    else:
+        acc.add_(p @ v)
 
 
 def tiled_backward(
