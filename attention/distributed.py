@@ -358,9 +358,9 @@ class _Blocks:
                 yield a, b, make_schedule(self.chunk, self.chunk, BLOCK, BLOCK, band=band)
 
 
-def _key_chunk(mask: Tensor | None, i: int, chunk: int) -> Tensor | None:
-    """Chunk ``i`` of a keep-mask's key axis (the last one)."""
-    return None if mask is None else mask[..., i * chunk : (i + 1) * chunk]
+def _mask_keys(mask: Tensor | None, keys: slice) -> Tensor | None:
+    """The keys ``keys`` of a keep-mask (its last axis), or ``None`` for no mask."""
+    return None if mask is None else mask[..., keys]
 
 
 def _attend_block(
@@ -373,7 +373,7 @@ def _attend_block(
     lse = out.new_full(out.shape[:-1], float("-inf"))
     for a, b, schedule in spec.pairs(key_chunks):
         rows, cols = slice(a * n, (a + 1) * n), slice(b * n, (b + 1) * n)
-        keys = (k[..., cols, :], v[..., cols, :], _key_chunk(mask, b, n))
+        keys = (k[..., cols, :], v[..., cols, :], _mask_keys(mask, cols))
         o, s = tiled_forward(q[..., rows, :], *keys, schedule, spec.scale)
         s = s.masked_fill(torch.isposinf(s), float("-inf"))  # the loop's "no key" is +inf
         out[..., rows, :], lse[..., rows] = merge_partials(out[..., rows, :], lse[..., rows], o, s)
@@ -407,7 +407,7 @@ def _block_grads(
             q[..., rows, :],
             k[..., cols, :],
             v[..., cols, :],
-            _key_chunk(mask, b, n),
+            _mask_keys(mask, cols),
             out[..., rows, :],
             lse[..., rows],
             schedule,
@@ -438,7 +438,7 @@ class _LocalAttention(torch.autograd.Function):
         for i, key_chunks in enumerate(blocks):
             cols = slice(i * width, (i + 1) * width)
             part = _attend_block(
-                q, k[..., cols, :], v[..., cols, :], _cols(mask, cols), spec, key_chunks
+                q, k[..., cols, :], v[..., cols, :], _mask_keys(mask, cols), spec, key_chunks
             )
             out, lse = part if i == 0 else merge_partials(out, lse, *part)
         ctx.save_for_backward(q, k, v, mask, out, lse)
@@ -458,7 +458,7 @@ class _LocalAttention(torch.autograd.Function):
                 q,
                 k[..., cols, :],
                 v[..., cols, :],
-                _cols(mask, cols),
+                _mask_keys(mask, cols),
                 out,
                 lse,
                 ctx.spec,
@@ -468,10 +468,6 @@ class _LocalAttention(torch.autograd.Function):
             grad_k[..., cols, :] = gk
             grad_v[..., cols, :] = gv
         return grad_q, grad_k, grad_v, None, None, None
-
-
-def _cols(mask: Tensor | None, cols: slice) -> Tensor | None:
-    return None if mask is None else mask[..., cols]
 
 
 # ---------------------------------------------------------------------------------------

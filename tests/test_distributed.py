@@ -148,12 +148,6 @@ def test_shard_refuses_an_uneven_split() -> None:
         shard_sequence(torch.zeros(1, 8, 2), 2, 2)
 
 
-def test_count_traffic_counts_nothing_outside_a_collective() -> None:
-    with count_traffic() as traffic:
-        torch.ones(3).sum()
-    assert traffic.sent_bytes == traffic.received_bytes == 0
-
-
 def test_the_how_to_check_script_runs_under_torchrun(tmp_path: Path) -> None:
     """The GPU how-to's script, started as it says, on 2 CPU processes (gloo)."""
     page = Path(__file__).parents[1] / "docs/how-to/run-sequence-parallel-on-gpus.md"
