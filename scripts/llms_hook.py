@@ -20,6 +20,7 @@ from mkdocs.structure.nav import Link, Navigation, Section
 from mkdocs.structure.pages import Page
 
 MAX_LINE = 200  # characters of a page's one-line description
+FEED_CHARS = 8192  # the parser reads the page this much at a time
 
 _descriptions: dict[str, str] = {}  # page URL -> one line
 _nav: Navigation | None = None
@@ -121,7 +122,12 @@ def on_page_content(html: str, page: Page, config: MkDocsConfig, **kwargs: objec
         _descriptions[page.url] = _one_line(str(description))
     else:
         parser = _FirstParagraph()
-        parser.feed(html)
+        # In pieces, stopping at the first paragraph: parsing a whole tutorial or API
+        # page (thousands of highlighted-code tags) cost seconds of every build.
+        for start in range(0, len(html), FEED_CHARS):
+            parser.feed(html[start : start + FEED_CHARS])
+            if parser.found is not None:
+                break
         if parser.found:
             _descriptions[page.url] = _one_line(parser.found)
     return html
