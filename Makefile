@@ -67,10 +67,10 @@ serve: $(INSTALLED) ## Build and serve the site with live reload at http://127.0
 	ATTENTION_NOTEBOOK_CACHE=true $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
 # Full run on an idle machine (other processes on the cores distort every time):
-# all implementations, n = 256 ... 8192, about 15 minutes on two cores; then the
+# all implementations, n = 256 ... 8192, about 16-17 minutes on two cores; then the
 # sequence-parallel section (ring, all-gather, Ulysses on 2 and 4 processes), about 2.
 .PHONY: bench
-bench: $(INSTALLED) ## Benchmark attention (about 17 min) into benchmarks/results/latest.json
+bench: $(INSTALLED) ## Benchmark attention (about 18-19 min) into benchmarks/results/latest.json
 	$(BIN)/python -m attention_bench --out benchmarks/results/latest.json \
 		--plot build/bench/latest.png
 
