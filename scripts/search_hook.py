@@ -46,12 +46,16 @@ def reduce_code(html: str) -> tuple[str, list[str]]:
 
 
 def restore_code(html: str, insides: list[str]) -> str:
-    """Put back the inside of each ``<pre>`` of ``html``, in order."""
+    """Put back the inside of each ``<pre>`` of ``html``, in order.
+
+    Raises:
+        ValueError: If ``html`` has another number of ``<pre>`` elements.
+    """
+    found = len(_PRE.findall(html))
+    if found != len(insides):
+        raise ValueError(f"{len(insides)} code blocks were reduced, the page now has {found}")
     remaining = iter(insides)
-    restored = _PRE.sub(lambda m: m[1] + next(remaining) + m[3], html)
-    if next(remaining, None) is not None:
-        raise ValueError("the page has fewer code blocks than were reduced")
-    return restored
+    return _PRE.sub(lambda m: m[1] + next(remaining) + m[3], html)
 
 
 @event_priority(1000)
@@ -66,12 +70,13 @@ def _restore_after_indexing(context: Any, page: Any, **kwargs: Any) -> Any:
     insides = _insides.pop(page.url, None)
     if insides is None:
         return context
-    if len(_PRE.findall(page.content)) != len(insides):
+    try:
+        page.content = restore_code(page.content, insides)
+    except ValueError as error:  # another plugin added or removed code blocks
         raise PluginError(
-            f"search_hook: {page.file.src_uri} gained or lost code blocks during "
-            "on_page_context; their highlighting cannot be restored"
-        )
-    page.content = restore_code(page.content, insides)
+            f"search_hook: {page.file.src_uri}: {error} during on_page_context; "
+            "their highlighting cannot be restored"
+        ) from error
     return context
 
 

@@ -153,6 +153,14 @@ def test_paired_ratio_interleaves_and_decides_the_time_targets(bench):
     assert bench.check_targets(data)[0]["value"] == 1.2
     assert bench.check_targets(data)[0]["met"] is True
 
+    # The causal target reads the causal pair, and only it.
+    causal = next(i for i, t in enumerate(bench.TARGETS) if t.causal)
+    assert bench.check_targets(data)[causal]["value"] is None  # no causal point yet
+    data["paired_ratios"].append({**row, "n": 4096, "causal": True, "ratio": 1.4})
+    verdicts = bench.check_targets(data)
+    assert verdicts[0]["value"] == 1.2 and verdicts[causal]["value"] == 1.4
+    assert verdicts[causal]["met"] is False  # the causal limit is 1.3
+
 
 def test_attended_pairs_match_the_masks(bench):
     for n, window in [(7, 3), (10, 1), (9, 20)]:

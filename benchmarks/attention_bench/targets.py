@@ -79,9 +79,8 @@ def check_targets(data: dict[str, Any]) -> list[dict[str, Any]]:
     """The project's six targets against a results file.
 
     Memory is read without a mask, a time at the target's own masking; a time ratio
-    is the interleaved one of
-    `paired_ratio` where the file has it, else the ratio of the two medians. Accuracy
-    is the worse of the runs with and without a causal mask.
+    is the interleaved one of `paired_ratio` where the file has it, else the ratio of
+    the two medians. Accuracy is the worse of the runs with and without a causal mask.
     """
     rows = []
     for target in TARGETS:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
 from material.plugins.search.plugin import Parser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,3 +57,9 @@ def test_the_page_gets_its_markup_back() -> None:
     # insides still come back, each to its own <pre>.
     stripped = reduced.replace(" data-search-exclude", "")
     assert search_hook.restore_code(stripped, insides) == PAGE.replace(" data-search-exclude", "")
+
+
+def test_a_page_that_lost_a_code_block_is_refused() -> None:
+    reduced, insides = search_hook.reduce_code(PAGE)
+    with pytest.raises(ValueError, match="2 code blocks were reduced, the page now has 1"):
+        search_hook.restore_code(reduced.split("<h2")[0], insides)
