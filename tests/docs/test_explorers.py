@@ -57,11 +57,36 @@ def page(browser, site_url: str):
     assert not errors, errors
 
 
+# Why an element is not shown, for a failure message: its box, and the display,
+# visibility and content-visibility of it and of each ancestor.
+DESCRIBE_VISIBILITY = """el => {
+  const box = el.getBoundingClientRect();
+  const chain = [];
+  for (let node = el; node && node.nodeType === 1; node = node.parentElement) {
+    const style = getComputedStyle(node);
+    chain.push(`${node.tagName.toLowerCase()}.${node.className}: ${style.display}`
+      + ` ${style.visibility} ${style.contentVisibility}`);
+  }
+  return {box: [box.x, box.y, box.width, box.height],
+          checkVisibility: el.checkVisibility(), chain};
+}"""
+
+
 def open_explorer(page, site_url: str, name: str):
+    """Open the page of explorer `name`, wait for it to mount, scroll to it."""
     page.goto(site_url + PAGES[name], wait_until="load")
     root = page.locator(f'[data-explorer="{name}"][data-mounted="true"]')
-    root.wait_for(timeout=15_000)
-    return root.locator(".explorer-live")
+    root.wait_for(state="attached", timeout=30_000)
+    # As a reader does: a block far down the page is laid out as it comes near
+    # (content-visibility: auto in site.css).
+    root.evaluate("el => el.scrollIntoView({block: 'center'})")
+    live = root.locator(".explorer-live")
+    try:
+        live.wait_for(timeout=15_000)
+    except sync_api.TimeoutError:
+        why = live.evaluate(DESCRIBE_VISIBILITY)
+        raise AssertionError(f"the {name} explorer mounted but is not shown: {why}") from None
+    return live
 
 
 def data(live, key: str):
