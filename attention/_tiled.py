@@ -21,8 +21,20 @@ $$
 At the end $O_i = \tilde{O} / \ell$ and the log-sum-exp $\operatorname{lse} = m + \log \ell$
 is kept: one number per query.
 
+The shift $m$ need not be the maximum: any $m$ gives the same $O_i$ and lse, as long
+as no $e^{z - m}$ overflows and some do not underflow. So once every row of the query
+block has met a key (then $\ell \ge 1$: the maximum's own term), the loop holds $m$
+and skips the row maximum, the subtraction and both rescalings. The subtraction is
+folded into the matrix product, $[Q_i \cdot \text{scale}, -m]\,[K_j, \mathbf{1}]^\top
+= Q_i K_j^\top \cdot \text{scale} - m$, so a block then costs its two products, one
+``exp`` and one row sum. If a later score rose so far above the held $m$ that a term
+overflowed ($\ell$ or $\tilde{O}$ not finite at the end), the query block is done
+again with the update above at every block. (FlashAttention-4 likewise rescales only
+when the maximum grows by more than a threshold.)
+
 Backward. With $P = e^{Z_{ij} - \operatorname{lse}}$ recomputed block by block (never
-stored whole) and $\Delta = \operatorname{rowsum}(dO \circ O)$:
+stored whole; $[Q_i \cdot \text{scale}, -\operatorname{lse}]\,[K_j, \mathbf{1}]^\top$ gives
+$Z_{ij} - \operatorname{lse}$ in one product) and $\Delta = \operatorname{rowsum}(dO \circ O)$:
 
 $$
 dV_j \mathrel{+}= P^\top dO_i, \quad dP = dO_i V_j^\top, \quad
@@ -153,6 +165,11 @@ class Schedule:
     def query_blocks(self) -> list[tuple[int, int]]:
         """The ``(i0, i1)`` ranges of the query blocks."""
         return [(i0, min(i0 + self.block_q, self.L)) for i0 in range(0, self.L, self.block_q)]
+
+    def block_shape(self) -> tuple[int, int]:
+        """The largest block visited: ``(queries, keys)``."""
+        widest = max((j1 - j0 for blocks in self.key_blocks for j0, j1 in blocks), default=0)
+        return min(self.block_q, self.L), widest
 
 
 def make_schedule(
@@ -393,13 +410,15 @@ def _block_scores(
     i1: int,
     j0: int,
     j1: int,
+    out: Tensor | None = None,
 ) -> tuple[Tensor, bool]:
     """Scaled scores ``(..., i1 - i0, j1 - j0)`` of one block, ``-inf`` where masked.
 
     Also returns whether any mask applied to the block (its ``exp`` then clamps).
     ``biases`` keeps the band's masks built so far in this call (see `Band.block_bias`).
+    ``out``, of the block's shape, receives the scores (except with a float mask).
     """
-    scores = query_block @ key[..., j0:j1, :].transpose(-2, -1)  # (..., bq, bk)
+    scores = torch.matmul(query_block, key[..., j0:j1, :].transpose(-2, -1), out=out)
     if attn_mask is not None:
         block = attn_mask[..., i0:i1, j0:j1]  # mask already expanded to (..., L, S)
         if block.dtype == torch.bool:
@@ -467,30 +486,32 @@ def tiled_forward(
         q, k, v = (t.reshape(math.prod(lead), *t.shape[-2:]) for t in (query, key, value))
         out, lse = tiled_forward(q, k, v, None, schedule, scale)
         return out.view(*lead, *out.shape[-2:]), lse.view(*lead, lse.shape[-1])
-    L, Dv = query.shape[-2], value.shape[-1]
+    L, D, Dv = query.shape[-2], query.shape[-1], value.shape[-1]
     batch = broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
-    mask = _expand_mask(attn_mask, L, schedule.S)
     out = query.new_zeros(*batch, L, Dv)
     lse = query.new_full((*batch, L), float("inf"))  # +inf: "attends to nothing"
-    biases: dict[tuple[int, int, int], Tensor] = {}  # the band's block masks, built once
+    loop = _ForwardLoop(
+        # [K, 1]: with [Q_i scale, -m] its product is the scores less the shift m
+        # (module docstring). One copy of K, made once per call.
+        key_1=torch.cat([key, key.new_ones(*key.shape[:-1], 1)], dim=-1),
+        value=value,
+        mask=_expand_mask(attn_mask, L, schedule.S),
+        band=schedule.band,
+        biases={},
+        # One block's scores, written by the product and reused block after block
+        # (fresh memory is several times slower to write than memory in use).
+        scores=query.new_empty(*batch, *schedule.block_shape()),
+    )
     for (i0, i1), key_blocks in zip(schedule.query_blocks(), schedule.key_blocks, strict=True):
         # Scaled block by block: a scaled copy of all of Q would be L x D more memory.
-        q_i = query[..., i0:i1, :] * scale  # (..., bq, D)
-        row_max = query.new_full((*batch, i1 - i0, 1), float("-inf"))  # m
-        row_sum = query.new_zeros(*batch, i1 - i0, 1)  # ℓ
-        acc = query.new_zeros(*batch, i1 - i0, Dv)  # õ, unnormalised output
-        for j0, j1 in key_blocks:
-            scores, masked = _block_scores(q_i, key, mask, schedule.band, biases, i0, i1, j0, j1)
-            new_max = torch.maximum(row_max, scores.amax(dim=-1, keepdim=True))  # (..., bq, 1)
-            # A row masked so far has max -inf, and -inf - (-inf) is NaN: shift it by 0
-            # instead, which gives exp(-inf) = 0 for every one of its entries.
-            shift = new_max.masked_fill(torch.isneginf(new_max), 0.0)
-            p = _exp_(scores.sub_(shift), masked)  # (..., bq, bk), in place: one block less memory
-            rescale = torch.exp(row_max - shift)  # (..., bq, 1): old terms to the new max
-            # In place: a new tensor per tile for each would be ~5 % of the forward time.
-            row_sum.mul_(rescale).add_(p.sum(dim=-1, keepdim=True))
-            _add_product(acc.mul_(rescale), p, value[..., j0:j1, :])  # (..., bq, Dv)
-            row_max = new_max
+        q_m = query.new_empty(*batch, i1 - i0, D + 1)  # [Q_i scale, -m]
+        torch.mul(query[..., i0:i1, :], scale, out=q_m[..., :D])
+        acc, row_sum, row_max = loop.run(q_m, i0, i1, key_blocks, hold_shift=True)
+        if not (bool(row_sum.isfinite().all()) and bool(acc.isfinite().all())):
+            # A later block's scores rose so far above the held shift that a term
+            # overflowed (or the inputs hold inf or NaN): this query block again, with
+            # the shift raised to each new maximum.
+            acc, row_sum, row_max = loop.run(q_m, i0, i1, key_blocks, hold_shift=False)
         attended = row_sum > 0  # False for a query whose keys were all masked or skipped
         out[..., i0:i1, :] = acc / row_sum.masked_fill(~attended, 1.0)  # acc is 0 there
         lse_i = (row_max + torch.log(row_sum)).masked_fill(~attended, float("inf"))
@@ -498,12 +519,89 @@ def tiled_forward(
     return out, lse
 
 
-def _add_product(acc: Tensor, p: Tensor, v: Tensor) -> None:
-    """``acc += p @ v``; for 3-D tensors of one batch size, in place in the product."""
-    if acc.ndim == p.ndim == v.ndim == 3 and acc.shape[0] == p.shape[0] == v.shape[0]:
-        acc.baddbmm_(p, v)
+@dataclass
+class _ForwardLoop:
+    """What the forward loop shares between query blocks (see `tiled_forward`)."""
+
+    key_1: Tensor  # [K, 1]: (..., S, D + 1)
+    value: Tensor
+    mask: Tensor | None
+    band: Band | None
+    biases: dict[tuple[int, int, int], Tensor]  # the band's block masks, built once
+    scores: Tensor  # (..., block_q, widest key block), reused
+
+    def run(
+        self,
+        q_m: Tensor,
+        i0: int,
+        i1: int,
+        key_blocks: tuple[tuple[int, int], ...],
+        hold_shift: bool,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """One query block over its key blocks: õ, ℓ and the shift m, each ``(..., bq, ·)``.
+
+        ``q_m`` is ``[Q_i scale, -m]``; its last column is written here. With
+        ``hold_shift``, once every row has met a key, m stays where it is.
+        """
+        D = q_m.shape[-1] - 1
+        q_i, neg_shift = q_m[..., :D], q_m[..., D:]
+        batch, bq, Dv = q_m.shape[:-2], i1 - i0, self.value.shape[-1]
+        row_max = q_m.new_full((*batch, bq, 1), float("-inf"))  # m
+        row_sum = q_m.new_zeros(*batch, bq, 1)  # ℓ
+        acc = q_m.new_zeros(*batch, bq, Dv)  # õ, unnormalised output
+        held = False  # whether m is held: every row has met a key (ℓ >= 1)
+        for j0, j1 in key_blocks:
+            v_j = self.value[..., j0:j1, :]
+            if held:
+                shifted, masked = self.scores_of(q_m, self.key_1, i0, i1, j0, j1)  # z - m
+                p = _exp_(shifted, masked)
+                row_sum.add_(p.sum(dim=-1, keepdim=True))
+                _add_product(acc, p, v_j)
+                continue
+            scores, masked = self.scores_of(q_i, self.key_1[..., :D], i0, i1, j0, j1)
+            new_max = torch.maximum(row_max, scores.amax(dim=-1, keepdim=True))  # (..., bq, 1)
+            # A row masked so far has max -inf, and -inf - (-inf) is NaN: shift it by 0
+            # instead, which gives exp(-inf) = 0 for every one of its entries.
+            shift = new_max.masked_fill(torch.isneginf(new_max), 0.0)
+            p = _exp_(scores.sub_(shift), masked)  # (..., bq, bk), in place
+            rescale = torch.exp(row_max - shift)  # (..., bq, 1): old terms to the new max
+            # In place: a new tensor per tile for each would be ~5 % of the forward time.
+            row_sum.mul_(rescale).add_(p.sum(dim=-1, keepdim=True))
+            _add_product(acc.mul_(rescale), p, v_j)  # (..., bq, Dv)
+            row_max = new_max
+            if hold_shift and bool((row_sum > 0).all()):  # a row that met a key has ℓ >= 1
+                torch.neg(shift, out=neg_shift)
+                held = True
+        return acc, row_sum, row_max
+
+    def scores_of(
+        self, query_block: Tensor, key: Tensor, i0: int, i1: int, j0: int, j1: int
+    ) -> tuple[Tensor, bool]:
+        """`_block_scores`, written into the reused buffer where the block fits it."""
+        fits = (*query_block.shape[:-1], j1 - j0) == self.scores.shape
+        return _block_scores(
+            query_block,
+            key,
+            self.mask,
+            self.band,
+            self.biases,
+            i0,
+            i1,
+            j0,
+            j1,
+            out=self.scores if fits else None,
+        )
+
+
+def _add_product(acc: Tensor, a: Tensor, b: Tensor) -> None:
+    """``acc += a @ b``, summed to ``acc``'s shape where it broadcast (shared heads, GQA).
+
+    For 3-D tensors of one batch size, in place in the product: no temporary.
+    """
+    if acc.ndim == a.ndim == b.ndim == 3 and acc.shape[0] == a.shape[0] == b.shape[0]:
+        acc.baddbmm_(a, b)
     else:
-        acc.add_(p @ v)
+        acc.add_((a @ b).sum_to_size(acc.shape))
 
 
 def tiled_backward(
@@ -518,7 +616,16 @@ def tiled_backward(
     scale: float,
     mask_needs_grad: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-    L = query.shape[-2]
+    lead = query.shape[:-2]
+    if attn_mask is None and lead == key.shape[:-2] == value.shape[:-2] and len(lead) != 1:
+        # One batch axis, as in the forward: the products then accumulate in place.
+        tensors = (grad_out, query, key, value, out)
+        g, q, k, v, o = (t.reshape(math.prod(lead), *t.shape[-2:]) for t in tensors)
+        grad_q, grad_k, grad_v, _ = tiled_backward(
+            g, q, k, v, None, o, lse.reshape(math.prod(lead), lse.shape[-1]), schedule, scale, False
+        )
+        return grad_q.view(query.shape), grad_k.view(key.shape), grad_v.view(value.shape), None
+    L, D = query.shape[-2:]
     mask = _expand_mask(attn_mask, L, schedule.S)
     grad_q, grad_k, grad_v = (torch.zeros_like(t) for t in (query, key, value))
     grad_mask = None
@@ -529,23 +636,33 @@ def tiled_backward(
         grad_mask_2d = grad_mask.view((1,) * (2 - attn_mask.ndim) + tuple(attn_mask.shape))
     # Σ_j P_ij dP_ij, the softmax Jacobian's correction term, equals rowsum(dO ∘ O).
     delta = (grad_out * out).sum(dim=-1, keepdim=True)  # (..., L, 1)
-    biases: dict[tuple[int, int, int], Tensor] = {}  # the band's block masks, built once
+    batch = grad_out.shape[:-2]
+    # As in the forward: [Q_i scale, -lse] [K, 1]^T is the scores less the log-sum-exp,
+    # and two buffers of one block's size, for P and dP, are reused block after block.
+    key_1 = torch.cat([key, key.new_ones(*key.shape[:-1], 1)], dim=-1)
+    loop = _ForwardLoop(
+        key_1, value, mask, schedule.band, {}, query.new_empty(*batch, *schedule.block_shape())
+    )
+    grad_p_buffer = torch.empty_like(loop.scores)
     for (i0, i1), key_blocks in zip(schedule.query_blocks(), schedule.key_blocks, strict=True):
-        q_i = query[..., i0:i1, :] * scale  # (..., bq, D), scaled block by block
+        q_lse = query.new_empty(*batch, i1 - i0, D + 1)  # [Q_i scale, -lse]
+        q_i = torch.mul(query[..., i0:i1, :], scale, out=q_lse[..., :D])  # (..., bq, D)
+        torch.neg(lse[..., i0:i1, None], out=q_lse[..., D:])
         do_i = grad_out[..., i0:i1, :]  # (..., bq, Dv)
-        lse_i, delta_i = lse[..., i0:i1, None], delta[..., i0:i1, :]  # (..., bq, 1) each
+        delta_i = delta[..., i0:i1, :]  # (..., bq, 1)
         grad_q_i = torch.zeros_like(q_i)
         for j0, j1 in key_blocks:
-            scores, masked = _block_scores(q_i, key, mask, schedule.band, biases, i0, i1, j0, j1)
-            p = _exp_(scores.sub_(lse_i), masked)  # the block's probabilities, recomputed
-            # Summed to each input's own shape where it broadcast (shared heads, GQA).
-            grad_v_j = grad_v[..., j0:j1, :]  # (..., bk, Dv)
-            grad_v_j += (p.transpose(-2, -1) @ do_i).sum_to_size(grad_v_j.shape)
-            grad_p = do_i @ value[..., j0:j1, :].transpose(-2, -1)  # (..., bq, bk)
+            shifted, masked = loop.scores_of(q_lse, key_1, i0, i1, j0, j1)  # z - lse
+            p = _exp_(shifted, masked)  # the block's probabilities, recomputed
+            v_j, k_j = value[..., j0:j1, :], key[..., j0:j1, :]
+            _add_product(grad_v[..., j0:j1, :], p.transpose(-2, -1), do_i)  # (..., bk, Dv)
+            fits = p.shape == grad_p_buffer.shape
+            grad_p = torch.matmul(
+                do_i, v_j.transpose(-2, -1), out=grad_p_buffer if fits else None
+            )  # (..., bq, bk)
             grad_s = grad_p.sub_(delta_i).mul_(p)  # (..., bq, bk); in place, dP is done
-            grad_q_i += (grad_s @ key[..., j0:j1, :]).sum_to_size(grad_q_i.shape)
-            grad_k_j = grad_k[..., j0:j1, :]  # (..., bk, D)
-            grad_k_j += (grad_s.transpose(-2, -1) @ q_i).sum_to_size(grad_k_j.shape)
+            _add_product(grad_q_i, grad_s, k_j)
+            _add_product(grad_k[..., j0:j1, :], grad_s.transpose(-2, -1), q_i)  # (..., bk, D)
             if grad_mask is not None:
                 _accumulate_mask_grad(grad_mask_2d, grad_s, i0, i1, j0, j1)
         grad_q[..., i0:i1, :] = grad_q_i * scale

@@ -94,7 +94,10 @@ def flash_attention(
     $L$ and $S$: no ``(L, S)`` tensor is built, forward or backward. The backward
     pass is a custom `torch.autograd.Function` that recomputes each block's
     probabilities from the saved log-sum-exp $m + \log \ell$. With ``is_causal`` the
-    key blocks wholly above the diagonal are skipped, not computed and masked.
+    key blocks wholly above the diagonal are skipped, not computed and masked. Once
+    every query of a block has met a key, $m$ is held instead of updated (any shift
+    gives the same result; a query block in which a term then overflows is redone),
+    which saves the row maximum and the rescaling: three of a tile's five passes.
     A second derivative (``create_graph=True``, ``torch.autograd.functional.hessian``)
     and the ``torch.func`` transforms (``vmap``, ``grad``, ``jacrev``) are exact too:
     their backward runs on the dense ``(L, S)`` matrix, with its memory.
