@@ -418,7 +418,11 @@ def _block_scores(
     ``biases`` keeps the band's masks built so far in this call (see `Band.block_bias`).
     ``out``, of the block's shape, receives the scores (except with a float mask).
     """
-    scores = torch.matmul(query_block, key[..., j0:j1, :].transpose(-2, -1), out=out)
+    key_t = key[..., j0:j1, :].transpose(-2, -1)
+    if query_block.ndim == key_t.ndim == 3 and query_block.shape[0] == key_t.shape[0]:
+        scores = torch.bmm(query_block, key_t, out=out)  # (B, bq, bk): no matmul dispatch
+    else:
+        scores = torch.matmul(query_block, key_t, out=out)  # (..., bq, bk)
     if attn_mask is not None:
         block = attn_mask[..., i0:i1, j0:j1]  # mask already expanded to (..., L, S)
         if block.dtype == torch.bool:
@@ -507,7 +511,9 @@ def tiled_forward(
         q_m = query.new_empty(*batch, i1 - i0, D + 1)  # [Q_i scale, -m]
         torch.mul(query[..., i0:i1, :], scale, out=q_m[..., :D])
         acc, row_sum, row_max = loop.run(q_m, i0, i1, key_blocks, hold_shift=True)
-        if not (bool(row_sum.isfinite().all()) and bool(acc.isfinite().all())):
+        # One sum over ℓ and õ is finite exactly when no term of either overflowed
+        # (or, harmlessly, unless adding them up does).
+        if not bool((row_sum.sum() + acc.sum()).isfinite()):
             # A later block's scores rose so far above the held shift that a term
             # overflowed (or the inputs hold inf or NaN): this query block again, with
             # the shift raised to each new maximum.
