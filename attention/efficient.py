@@ -97,7 +97,8 @@ def flash_attention(
     key blocks wholly above the diagonal are skipped, not computed and masked. Once
     every query of a block has met a key, $m$ is held instead of updated (any shift
     gives the same result; a query block in which a term then overflows is redone),
-    which saves the row maximum and the rescaling: three of a tile's five passes.
+    which saves two of the four passes over each tile (the row maximum and the
+    subtraction) and the rescaling of the running sums.
     A second derivative (``create_graph=True``, ``torch.autograd.functional.hessian``)
     and the ``torch.func`` transforms (``vmap``, ``grad``, ``jacrev``) are exact too:
     their backward runs on the dense ``(L, S)`` matrix, with its memory.

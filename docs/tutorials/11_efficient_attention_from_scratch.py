@@ -322,9 +322,10 @@ for is_causal in (False, True):
 # The package's loop adds one refinement. The shift $m$ does not have to be
 # the maximum: $e^{z - c} / \sum e^{z - c}$ is the softmax for *any* $c$, as
 # long as no term overflows and some do not underflow. So once every row of
-# a query block has met a key, `flash_attention` holds $m$ where it is and
-# skips `amax`, the subtraction and both rescalings, three of a tile's five
-# passes. It even folds the $-m$ into the product, appending $-m$ to each
+# a query block has met a key, `flash_attention` holds $m$ where it is:
+# two of the four passes over each tile (`amax` and the subtraction) and the
+# rescaling of $\ell$ and $\tilde{o}$ are gone, leaving `exp` and the row
+# sum. It even folds the $-m$ into the product, appending $-m$ to each
 # query row and a 1 to each key. If a later score rises so far above the held
 # $m$ that a term overflows, it redoes that query block with the update
 # above. Here the first key block's maximum is held for all 517 keys:
