@@ -70,7 +70,7 @@ serve: $(INSTALLED) ## Build and serve the site with live reload at http://127.0
 # all implementations, n = 256 ... 8192, about 16-17 minutes on two cores; then the
 # sequence-parallel section (ring, all-gather, Ulysses on 2 and 4 processes), about 2.
 .PHONY: bench
-bench: $(INSTALLED) ## Benchmark attention (about 18-19 min) into benchmarks/results/latest.json
+bench: $(INSTALLED) ## Benchmark attention (about 17-19 min) into benchmarks/results/latest.json
 	$(BIN)/python -m attention_bench --out benchmarks/results/latest.json \
 		--plot build/bench/latest.png
 
