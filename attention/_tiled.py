@@ -511,8 +511,8 @@ def tiled_forward(
         q_m = query.new_empty(*batch, i1 - i0, D + 1)  # [Q_i scale, -m]
         torch.mul(query[..., i0:i1, :], scale, out=q_m[..., :D])
         acc, row_sum, row_max = loop.run(q_m, i0, i1, key_blocks, hold_shift=True)
-        # One sum over ℓ and õ is finite exactly when no term of either overflowed
-        # (or, harmlessly, unless adding them up does).
+        # One sum over ℓ and õ is finite when no term of either overflowed. (The sum
+        # itself can overflow where no term did: that only costs a redo.)
         if not bool((row_sum.sum() + acc.sum()).isfinite()):
             # A later block's scores rose so far above the held shift that a term
             # overflowed (or the inputs hold inf or NaN): this query block again, with
