@@ -494,10 +494,8 @@ def tiled_forward(
     batch = broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
     out = query.new_zeros(*batch, L, Dv)
     lse = query.new_full((*batch, L), float("inf"))  # +inf: "attends to nothing"
-    loop = _ForwardLoop(
-        # [K, 1]: with [Q_i scale, -m] its product is the scores less the shift m
-        # (module docstring). One copy of K, made once per call.
-        key_1=torch.cat([key, key.new_ones(*key.shape[:-1], 1)], dim=-1),
+    loop = _TileLoop(
+        key_1=_with_ones_column(key),
         value=value,
         mask=_expand_mask(attn_mask, L, schedule.S),
         band=schedule.band,
@@ -525,9 +523,22 @@ def tiled_forward(
     return out, lse
 
 
+def _with_ones_column(key: Tensor) -> Tensor:
+    """``[K, 1]``, ``(..., S, D + 1)``: one copy of K, made once per call.
+
+    Its product with ``[Q_i scale, -c]`` is the scores less ``c``: the shift m forward,
+    the log-sum-exp backward (module docstring).
+    """
+    return torch.cat([key, key.new_ones(*key.shape[:-1], 1)], dim=-1)
+
+
 @dataclass
-class _ForwardLoop:
-    """What the forward loop shares between query blocks (see `tiled_forward`)."""
+class _TileLoop:
+    """What the loop shares between query blocks.
+
+    `run` is the forward pass of one query block (see `tiled_forward`); the backward
+    uses `scores_of` and the reused score buffer.
+    """
 
     key_1: Tensor  # [K, 1]: (..., S, D + 1)
     value: Tensor
@@ -645,8 +656,8 @@ def tiled_backward(
     batch = grad_out.shape[:-2]
     # As in the forward: [Q_i scale, -lse] [K, 1]^T is the scores less the log-sum-exp,
     # and two buffers of one block's size, for P and dP, are reused block after block.
-    key_1 = torch.cat([key, key.new_ones(*key.shape[:-1], 1)], dim=-1)
-    loop = _ForwardLoop(
+    key_1 = _with_ones_column(key)
+    loop = _TileLoop(
         key_1, value, mask, schedule.band, {}, query.new_empty(*batch, *schedule.block_shape())
     )
     grad_p_buffer = torch.empty_like(loop.scores)

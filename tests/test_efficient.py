@@ -106,13 +106,20 @@ class ScoresComputed(TorchDispatchMode):
 
     def __init__(self, head_size: int):
         super().__init__()
-        self.head_size, self.count = head_size, 0
+        self.head_size = head_size
+        self.by_inner: dict[int, int] = {}  # inner size (D or D + 1) -> scores
+
+    @property
+    def count(self) -> int:
+        return sum(self.by_inner.values())
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.overloadpacket in self.PRODUCTS:
             a, b = args[-2:] if func.overloadpacket is torch.ops.aten.baddbmm else args[:2]
-            if a.shape[-1] in (self.head_size, self.head_size + 1):
-                self.count += a.shape[:-1].numel() * b.shape[-1]
+            inner = a.shape[-1]
+            if inner in (self.head_size, self.head_size + 1):
+                scores = a.shape[:-1].numel() * b.shape[-1]
+                self.by_inner[inner] = self.by_inner.get(inner, 0) + scores
         return func(*args, **(kwargs or {}))
 
 
@@ -470,6 +477,18 @@ def test_no_intermediate_tensor_grows_with_length_squared(fn):
     with LargestTensor() as dense:
         scaled_dot_product_attention(q, k, v).sum().backward()
     assert dense.numel >= 2 * L * S  # the check would catch a dense implementation
+
+
+def test_flash_holds_the_shift_after_the_first_key_block():
+    """Once every row has met a key, each block's scores come from the product with the
+    extra column ([Q scale, -m] [K, 1]^T, inner size D + 1): only the first key block of
+    each query block takes the full update (inner size D). Random scores never
+    overflow, so nothing is redone."""
+    q, k, v = make_qkv(1, 2, L=256, S=320, dtype=torch.float32)
+    with ScoresComputed(D) as counter:
+        flash_attention(q, k, v, block_q=64, block_k=64)
+    # 4 query blocks x 5 key blocks of 64 x 64, for 2 heads
+    assert counter.by_inner == {D: 4 * 2 * 64 * 64, D + 1: 4 * 4 * 2 * 64 * 64}
 
 
 def test_flash_causal_skips_the_blocks_above_the_diagonal():
