@@ -23,8 +23,8 @@ $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first and on its own, pinned: anything that depends on it must find it
 	# installed, or pip pulls the newest CUDA build (gigabytes) from the registry.
-	$(PIP) install -q -c constraints.txt torch
-	$(PIP) install -q -c constraints.txt -e ".[dev]"
+	$(PIP) install -q -c constraints.txt torch || { echo "could not install torch 2.13.0: pip needs PyPI, or a wheel folder it is configured for (pip config list)" >&2; exit 1; }
+	$(PIP) install -q -c constraints.txt -e ".[dev]" || { echo "could not install the pinned dependencies: pip needs PyPI (see the error above)" >&2; exit 1; }
 	touch $@
 
 .PHONY: install
@@ -36,12 +36,18 @@ browser: ## Install Debian's chromium for the browser tests if it is missing
 
 $(NODE_INSTALLED): package.json package-lock.json
 	@command -v npm >/dev/null || { echo "npm is missing: install Node.js (Debian: apt-get install nodejs npm)" >&2; exit 1; }
-	npm ci --no-audit --no-fund
+	npm ci --no-audit --no-fund || { echo "npm ci failed: the tests' Node tools (axe-core) need the npm registry" >&2; exit 1; }
 	touch $@
 
 .PHONY: test
 test: $(INSTALLED) $(NODE_INSTALLED) browser ## Run the whole suite: unit, doctests, docs snippets, tutorials, strict build, browser
 	$(BIN)/python -m pytest --durations=15
+
+# The browser's full-page screenshot of every page, for a human to look through; the
+# suite itself takes none (they were half the time of its page-by-page browser check).
+.PHONY: screenshots
+screenshots: $(INSTALLED) $(NODE_INSTALLED) browser ## Build the site and screenshot every page into build/screenshots/
+	ATTENTION_SCREENSHOTS=1 $(BIN)/python -m pytest tests/docs/test_browser.py -k renders_offline
 
 .PHONY: docs
 docs: $(INSTALLED) ## Build the site into site/ (strict: any warning fails)

@@ -21,6 +21,9 @@ else
     exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends chromium
+if ! { $SUDO apt-get update -q && $SUDO apt-get install -y -q --no-install-recommends chromium; } >&2; then
+    echo "could not install chromium with apt-get (no network or no Debian mirror?):" \
+        "install chromium, chromium-browser or google-chrome, then run make test again" >&2
+    exit 1
+fi
 command -v chromium >/dev/null

@@ -44,6 +44,18 @@ def snapshot() -> None:
 
 def restore() -> None:
     """Put back what :func:`snapshot` recorded."""
+    restore_computation()
+    sys.path[:] = _saved["path"]
+    os.chdir(_saved["cwd"])
+    os.environ.clear()
+    os.environ.update(_saved["environ"])
+
+
+def restore_computation() -> None:
+    """Put back what decides what code computes and prints: random state, defaults,
+    print options, figures, style, warnings. Not the process's paths, directory or
+    environment: the site's build runs each executed block after this, in its own
+    process, and needs those as they are."""
     if not _saved:
         raise RuntimeError("kernel_state.restore() before snapshot()")
     plt.close("all")
@@ -60,7 +72,3 @@ def restore() -> None:
         warnings.simplefilter("ignore")
         mpl.rcParams.update(_saved["rc"])
     warnings.filters[:] = _saved["filters"]
-    sys.path[:] = _saved["path"]
-    os.chdir(_saved["cwd"])
-    os.environ.clear()
-    os.environ.update(_saved["environ"])

@@ -21,14 +21,15 @@ import posixpath
 import re
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import nbformat
+from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
-from mkdocs.utils.meta import get_data
 
 SCRIPTS = str(Path(__file__).resolve().parent)
 sys.path.insert(0, SCRIPTS)  # MkDocs puts it there while it imports a hook, then removes it
@@ -62,7 +63,12 @@ class TutorialFile(File):
     @property  # type: ignore[override]
     def content_string(self) -> str:
         if self._content is None:
-            run = self.run.result()
+            try:
+                run = self.run.result()
+            except notebooks.TutorialError as error:
+                # MkDocs reports a PluginError as its message alone: the tutorial's own
+                # traceback, not the build's stack around it.
+                raise PluginError(str(error)) from None
             how = "from cache" if run.cached else f"in {run.seconds:.1f} s"
             log.info("  %s executed %s", self.src_uri, how)
             self._content = notebooks.to_markdown(run)
@@ -88,7 +94,17 @@ def _cache_dir() -> Path | None:
     # kernels; its key covers the package and this pipeline, so it is never stale.
     if os.environ.get("ATTENTION_NOTEBOOK_CACHE", "false").lower() not in ("1", "true"):
         return None
-    return Path(".cache") / "notebooks"
+    cache = Path(".cache") / "notebooks"
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=cache):
+            pass
+    except OSError as error:
+        raise PluginError(
+            f"the notebook cache {cache} is not writable ({error.strerror}): make it "
+            "writable, or set ATTENTION_NOTEBOOK_CACHE=false to run the tutorials uncached"
+        ) from None
+    return cache
 
 
 def on_config(config: Any) -> Any:
@@ -111,10 +127,44 @@ def on_page_markdown(markdown: str, page: Any, files: Files, **kwargs: Any) -> s
         sys.path.insert(0, SCRIPTS)
     if isinstance(page.file, TutorialFile):
         markdown = _source_links(markdown, page.file, files)
-    if page.meta.get("measures_time"):
-        _threads_for_timing()
+    else:
+        markdown = _from_a_fresh_state(markdown)
     _render_started[page.file.src_uri] = time.perf_counter()
     return markdown
+
+
+# The opening line of a block markdown-exec runs, indented in tabs and admonitions.
+_EXEC_FENCE = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})\s*(?:python|py)\b(?P<info>[^\n]*"
+    r"\bexec=\"(?:on|1|true|yes)\"[^\n]*)\n",
+    flags=re.MULTILINE,
+)
+_SESSION = re.compile(r'\bsession="(?P<name>[^"]+)"')
+_state_taken: list[bool] = []
+FRESH_STATE = "import kernel_state; kernel_state.restore_computation()  # markdown-exec: hide"
+
+
+def _from_a_fresh_state(markdown: str) -> str:
+    """Start every executed block (a session: its first block) from the state a fresh
+    interpreter has: the random state, default dtype, print options and figures torch,
+    NumPy and matplotlib start with, whatever earlier blocks left behind.
+
+    markdown-exec gives each block a fresh namespace but runs all of them in this one
+    process. With the state reset too, a block's run at build is the run a reader gets
+    from pasting it into a new interpreter, so the snippet tests need not run it again
+    (``tests/docs/test_built_snippets.py``). The reset is a hidden first line.
+    """
+    sessions: set[str] = set()
+
+    def reset(match: re.Match[str]) -> str:
+        session = _SESSION.search(match["info"])
+        if session is not None:
+            if session["name"] in sessions:
+                return match[0]  # a later block of a session continues its state
+            sessions.add(session["name"])
+        return f"{match[0]}{match['indent']}{FRESH_STATE}\n"
+
+    return _EXEC_FENCE.sub(reset, markdown)
 
 
 # When each page's Markdown began to render: the blocks markdown-exec runs are most of
@@ -157,39 +207,28 @@ HEAD_VIEW_FILES = ("head_view.js", "head_view.css")
 
 def on_files(files: Files, config: Any) -> Files:
     """Start the tutorials' kernels and swap each ``.py`` for the page its run makes."""
-    sources = [f for f in files if TUTORIAL.match(f.src_uri)]
+    # A build narrowed with exclude_docs (the test of the timed pages under load) runs
+    # only the tutorials it keeps.
+    sources = [f for f in files if TUTORIAL.match(f.src_uri) and not f.inclusion.is_excluded()]
     docs = Path(config["docs_dir"])
-    early, late = _lanes(sources, (docs / "tutorials" / "index.md").read_text("utf-8"))
-    queue = early + late
-    started = notebooks.start_all(
-        [docs / f.src_uri for f in queue], _cache_dir(), serial_tail=len(late)
-    )
-    runs = dict(zip(queue, started, strict=True))
+    started = notebooks.start_all([docs / f.src_uri for f in sources], _cache_dir())
     log.info(
         "Executing %d tutorials (%d at a time) while the other pages render...",
         len(sources),
         min(len(sources), os.cpu_count() or 1),
     )
     _executed.clear()
-    _threads_while_kernels_run()
-    pages = {}
-    for file in sources:
-        page = pages[file] = TutorialFile(
-            file.src_uri, file.src_dir, file.dest_dir, file.use_directory_urls
-        )
-        page.run = runs[file]
+    _one_thread_beside_the_kernels()
+    import kernel_state  # torch, NumPy, matplotlib: the pages' code imports them anyway
+
+    if not _state_taken:  # once per process: `mkdocs serve` rebuilds after blocks ran
+        kernel_state.snapshot()  # what each executed block starts from (_from_a_fresh_state)
+        _state_taken.append(True)
+    for file, run in zip(sources, started, strict=True):
+        page = TutorialFile(file.src_uri, file.src_dir, file.dest_dir, file.use_directory_urls)
+        page.run = run
         files.remove(file)
-        files.append(page)  # MkDocs reads the pages in this order
-    # Pages that time code while they are built go after the tutorials, whose content
-    # waits for their kernels: they measure with a core to themselves, not beside two
-    # kernels. The late lane's tutorials come after them: their one kernel runs on the
-    # other core while the timed pages measure, so that core is not left idle.
-    for file in [f for f in files if f.src_uri.endswith(".md") and _measures_time(f)]:
-        files.remove(file)
-        files.append(file)
-    for file in late:
-        files.remove(pages[file])
-        files.append(pages[file])
+        files.append(page)  # MkDocs reads the pages in this order: tutorials last
     # The head view's viewer lives in the package (attention.viz.HeadView inlines it
     # into the pages it saves); the site serves the same files beside the explorers.
     for name in HEAD_VIEW_FILES:
@@ -200,68 +239,17 @@ def on_files(files: Files, config: Any) -> Files:
     return files
 
 
-_torch_threads: list[int] = []  # torch's own choice, while the build overrides it
+def _one_thread_beside_the_kernels() -> None:
+    """Run the pages' code on one intra-op thread, for the whole build.
 
-
-def _threads_while_kernels_run() -> None:
-    """One intra-op thread for the code the pages run while two kernels share the
-    cores: two threads of one parallel region, one of them waiting for a core a kernel
-    holds, made the pages' code more than twice as slow as alone."""
-    import torch
-
-    if not _torch_threads:
-        _torch_threads.append(torch.get_num_threads())
-    torch.set_num_threads(1)
-
-
-def _threads_for_timing() -> None:
-    """Give the timed pages the threads torch would have chosen: they measure what a
-    reader's default session runs."""
-    import torch
-
-    if _torch_threads:
-        torch.set_num_threads(_torch_threads[0])
-
-
-# About how long the timed pages take to build, on one core: the late lane's share.
-TIMED_PAGES_SECONDS = 40.0
-
-
-def _lanes(sources: list[File], index: str) -> tuple[list[File], list[File]]:
-    """Split the tutorials into an early lane, run two at a time while the other pages
-    render, and a late lane, run one after another in one kernel while the timed pages
-    measure (see on_files).
-
-    The late lane takes the longest tutorials, as many as fit in
-    ``TIMED_PAGES_SECONDS``; the early lane runs longest first, so that the short ones
-    fill the gaps at its end. The run times are those the tutorials index gives
-    readers ("about 20 s"); a tutorial it does not time counts as short.
+    The tutorials' kernels take one core each while the pages render; a parallel region
+    of two threads here would wait for a core a kernel holds at every step (measured:
+    the pages' code ran more than twice as slow). Set once, never changed mid-build: no
+    page asserts anything about time, and a page that times code sets its own count.
     """
-    seconds = run_times(index)
-    ordered = sorted(sources, key=lambda f: -seconds.get(Path(f.src_uri).name, 0.0))
-    late: list[File] = []
-    budget = TIMED_PAGES_SECONDS
-    for file in ordered:
-        cost = seconds.get(Path(file.src_uri).name, 0.0)
-        if not late or 0 < cost <= budget:
-            late.append(file)
-            budget -= cost
-    early = [f for f in ordered if f not in late]
-    return early, late
+    import torch
 
-
-_RUN_TIME = re.compile(r"\((\d\d_[^)/]+\.py)\).*\|\s*about (\d+(?:\.\d+)?) s\s*\|\s*$")
-
-
-def run_times(index: str) -> dict[str, float]:
-    """``{"09_x.py": 20.0, ...}`` from the rows of the tutorials index."""
-    return {m[1]: float(m[2]) for line in index.splitlines() if (m := _RUN_TIME.search(line))}
-
-
-def _measures_time(file: File) -> bool:
-    """Whether a page's front matter says ``measures_time: true``."""
-    _, meta = get_data(file.content_string)
-    return bool(meta.get("measures_time"))
+    torch.set_num_threads(1)
 
 
 def _figure_file(match: re.Match[str], page_url: str, site: Path) -> str:

@@ -200,7 +200,7 @@ def execute(
         client.execute()
     except Exception as error:  # CellExecutionError carries the traceback
         kernel.shutdown()  # in an unknown state: the next tutorial gets a new one
-        raise TutorialError(f"{source.name} failed to execute:\n{error}") from error
+        raise TutorialError(f"{source.name} failed {_where(notebook)}\n\n{error}") from error
     finally:
         if client.kc is not None:
             client.kc.stop_channels()
@@ -214,6 +214,26 @@ def execute(
             stale.unlink()
         nbformat.write(notebook, cached_path)
     return Executed(source, notebook, seconds, False)
+
+
+def _where(notebook: NotebookNode) -> str:
+    """The cell that raised, as readers of the page and of the source find it: its
+    number among the code cells, the heading above it, and the error (for a failed
+    claim, the assertion's message)."""
+    heading, code_cells = "(before the first heading)", 0
+    for cell in notebook.cells[1:]:  # the first is the kernel's setup, not the tutorial
+        if cell.cell_type == "markdown":
+            found = re.findall(r"^#{1,3} (.+)$", cell.source, flags=re.MULTILINE)
+            heading = found[-1] if found else heading
+            continue
+        code_cells += 1
+        for output in cell.get("outputs", []):
+            if output.output_type == "error":
+                return (
+                    f"in code cell {code_cells} (section {heading!r}): "
+                    f"{output.ename}: {output.evalue or '(no message)'}"
+                )
+    return "before its first cell ran"
 
 
 def _number_from_one(notebook: NotebookNode) -> None:
@@ -230,19 +250,13 @@ def _number_from_one(notebook: NotebookNode) -> None:
 
 
 def start_all(
-    sources: list[Path],
-    cache_dir: Path | None = None,
-    workers: int | None = None,
-    serial_tail: int = 0,
+    sources: list[Path], cache_dir: Path | None = None, workers: int | None = None
 ) -> list[concurrent.futures.Future[Executed]]:
     """Start executing the tutorials side by side and return at once: the caller
     collects each run from its future when it needs it.
 
     ``workers`` threads (default: one per core) each keep one kernel and take the next
-    tutorial from a shared queue, in the order given, until none is left. The last
-    ``serial_tail`` tutorials run one after another in a single kernel: the first
-    worker to reach them runs them all and the others stop, leaving their cores to the
-    caller (the build times code on its own thread meanwhile).
+    tutorial from a shared queue, in the order given, until none is left.
     """
     cores = os.cpu_count() or 1
     workers = workers or min(len(sources), cores) or 1
@@ -250,22 +264,15 @@ def start_all(
     futures = [concurrent.futures.Future[Executed]() for _ in sources]
     queue = deque(zip(sources, futures, strict=True))
     lock = threading.Lock()
-    tail_worker: list[int] = []  # the worker that took the tail, once one has
 
-    def next_run(worker: int) -> tuple[Path, concurrent.futures.Future[Executed]] | None:
+    def next_run() -> tuple[Path, concurrent.futures.Future[Executed]] | None:
         with lock:
-            if not queue:
-                return None
-            if len(queue) <= serial_tail:
-                if tail_worker and tail_worker[0] != worker:
-                    return None
-                tail_worker[:] = [worker]
-            return queue.popleft()
+            return queue.popleft() if queue else None
 
-    def work(worker: int) -> None:
+    def work() -> None:
         kernel = Kernel(threads)
         try:
-            while (run := next_run(worker)) is not None:
+            while (run := next_run()) is not None:
                 source, future = run
                 try:
                     future.set_result(execute(source, cache_dir, kernel=kernel))
@@ -275,7 +282,7 @@ def start_all(
             kernel.shutdown()
 
     for n in range(workers):
-        threading.Thread(target=work, args=(n,), name=f"tutorials-{n}", daemon=True).start()
+        threading.Thread(target=work, name=f"tutorials-{n}", daemon=True).start()
     return futures
 
 

@@ -9,6 +9,7 @@ so the tests depend on nothing that the site's own build may stop installing.
 
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 import textwrap
@@ -16,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # -- Markdown sources ----------------------------------------------------------------
 
@@ -268,3 +271,91 @@ TUTORIAL_PAGE = re.compile(r"^tutorials/\d\d_[^/]+/")
 
 def site_pages(site: Path) -> list[Path]:
     return sorted(p for p in site.rglob("*.html") if p.name != "404.html")
+
+
+# -- Executed blocks: the Markdown source beside what the built page shows --------------
+
+HIDE = "markdown-exec: hide"
+
+
+def is_on(value: str | None) -> bool:
+    """markdown-exec's reading of a boolean option (``exec="on"``, ``html="1"``...)."""
+    return value is not None and value.lower() not in {"", "no", "off", "false", "0"}
+
+
+def shown_source(code: str) -> str:
+    """The source markdown-exec displays: without the lines marked to hide."""
+    lines = code.split("\n")
+    return "\n".join(line for line in lines if HIDE not in line).strip()
+
+
+@dataclass
+class ExecBlock:
+    fence: Fence
+    result: Element | None  # the <div class="result"> under the shown source
+
+    @property
+    def id(self) -> str:
+        return f"{self.fence.path.relative_to(ROOT)}:{self.fence.line}"
+
+    @property
+    def compared(self) -> bool:
+        """Whether its output is shown as text, and so compared with a fresh run."""
+        options = self.fence.options
+        return bool(options.get("result")) and not is_on(options.get("html"))
+
+
+def exec_blocks(site: Path, source: Path) -> list[ExecBlock]:
+    """The page's exec blocks, each paired with the result the built page shows for it.
+
+    A block that shows its source is found on the page by that source (its copy text),
+    in order; the ``<div class="result">`` right after it holds its output.
+    """
+    fences = [f for f in markdown_fences(source, {"python", "py"}) if is_on(f.options.get("exec"))]
+    html = site / "concepts" / ("" if source.stem == "index" else source.stem) / "index.html"
+    shown = [
+        (block, after)
+        for block in built_code_blocks(site, html)
+        if block.lang == "python"
+        and (after := block.element.next_element()) is not None
+        and "result" in after.classes
+    ]
+    blocks, position = [], 0
+    for fence in fences:
+        if not fence.options.get("source"):
+            blocks.append(ExecBlock(fence, None))
+            continue
+        want = shown_source(fence.code)
+        for i in range(position, len(shown)):
+            if shown[i][0].copied == want:
+                blocks.append(ExecBlock(fence, shown[i][1]))
+                position = i + 1
+                break
+        else:
+            raise ValueError(f"{source.name}:{fence.line}: the built page does not show this block")
+    return blocks
+
+
+def hidden_names_used(code: str) -> set[str]:
+    """Names that lines marked ``# markdown-exec: hide`` bind and shown lines use.
+
+    The build runs the hidden lines, a reader copies the block without them: the copy
+    behaves as the build's run only if the hidden lines define nothing it reads.
+    """
+    lines = code.split("\n")
+    bound: set[str] = set()
+    for line in (line.strip() for line in lines if HIDE in line):
+        try:
+            tree = ast.parse(line)
+        except SyntaxError:  # the head of a compound statement: binds its target
+            tree = ast.parse(line.rstrip(":").split("#")[0] + ": pass")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                bound.add(node.id)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                bound |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    shown = [node for node in ast.walk(ast.parse(shown_source(code))) if isinstance(node, ast.Name)]
+    # Read by the shown code and not bound by it: it would come from the hidden lines.
+    used = {n.id for n in shown if isinstance(n.ctx, ast.Load)}
+    used -= {n.id for n in shown if isinstance(n.ctx, ast.Store)}
+    return bound & used

@@ -19,21 +19,12 @@ HTTP server, Playwright) that a fork would copy half-alive. The server only impo
 A program is a list of chunks run one after the other in the same namespace, with each
 chunk's standard output captured separately: one chunk for a standalone block, several
 for blocks that deliberately share state (markdown-exec's ``session="..."``).
-
-A program that times itself (it calls a clock: ``thread_time``, ``perf_counter``,
-``torch.profiler``...) runs after all the others, alone. Its claims compare two
-timings (attention against an RNN, a mask against none), and a neighbour sharing the
-core (on CI, two vCPUs may be one physical core) can slow matrix-multiply-bound code
-far more than latency-bound code. CI once measured attention at over 0.6 of the RNN's
-time where a quiet core gives 0.25. The site's build orders its ``measures_time`` pages
-the same way.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -47,17 +38,6 @@ ROOT = Path(__file__).resolve().parents[2]
 # (and sympy with it): about a second per program otherwise. The modules the programs
 # import themselves are added to these (see _modules_imported_by).
 PRELOAD = ("torch", "numpy", "matplotlib.pyplot", "attention", "torch.distributed.tensor")
-# Calls that mark a program as timing itself (see the module docstring).
-# torch.profiler and torch.utils.benchmark read clocks inside torch: named here too.
-CLOCKS = re.compile(
-    r"\b(thread_time|process_time|perf_counter|monotonic|time\.time|timeit"
-    r"|torch\.profiler|torch\.utils\.benchmark)\b"
-)
-
-
-def measures_time(chunks: list[str]) -> bool:
-    """Whether a program reads a clock, and so must run on cores of its own."""
-    return any(CLOCKS.search(chunk) for chunk in chunks)
 
 
 @dataclass(frozen=True)
@@ -74,7 +54,7 @@ class Result:
 
 # Results by program text, for the whole test session: a block that two tests run (the
 # built-page snippets and the executed-output comparison) runs once.
-_CACHE: dict[tuple[str, ...], Result] = {}
+_CACHE: dict[tuple[object, ...], Result] = {}
 
 
 def run_programs(
@@ -83,6 +63,7 @@ def run_programs(
     names: list[str] | None = None,
     jobs: int | None = None,
     timeout: float = 120,
+    env: dict[str, str] | None = None,
 ) -> list[Result]:
     """Run each program (a list of source chunks) in its own fresh namespace.
 
@@ -91,32 +72,35 @@ def run_programs(
         names: the file name each program's tracebacks show (default ``<program N>``).
         jobs: programs run at once (default: the number of CPUs).
         timeout: seconds one program may take before it is killed.
+        env: variables set for the server, and so for every program, besides the
+            caller's (``ATEN_CPU_CAPABILITY``: read when torch is imported).
 
     Returns:
         One :class:`Result` per program, in order. A program run before in this
         process (same chunks, up to blank lines around them) is not run again.
     """
     names = names or [f"<program {i}>" for i in range(len(programs))]
-    keys = [tuple(chunk.strip("\n").rstrip() + "\n" for chunk in p) for p in programs]
+    extra = tuple(sorted((env or {}).items()))
+    keys = [(extra, *(chunk.strip("\n").rstrip() + "\n" for chunk in p)) for p in programs]
     todo = list(dict.fromkeys(key for key in keys if key not in _CACHE))
     if todo:
         # A program listed twice runs once, under the name it was first listed with.
         first_name = dict(zip(reversed(keys), reversed(names), strict=True))
         request = {
-            "programs": todo,
+            "programs": [list(key[1:]) for key in todo],
             "names": [first_name[key] for key in todo],
             "jobs": jobs or os.cpu_count() or 1,
             "timeout": timeout,
         }
         # Headless and like a fresh interpreter on CI: Agg, whatever the caller's backend.
-        env = {**os.environ, "MPLBACKEND": "Agg"}
+        server_env = {**os.environ, "MPLBACKEND": "Agg", **dict(extra)}
         completed = subprocess.run(
             [sys.executable, __file__],
             input=json.dumps(request),
             capture_output=True,
             text=True,
             cwd=ROOT,
-            env=env,
+            env=server_env,
             timeout=timeout * len(todo) + 120,
         )
         if completed.returncode != 0:
@@ -219,12 +203,9 @@ def _serve() -> None:
             died = f"the process died (wait status {status})"
         results[index] = {"outputs": [], "error": f"{names[index]}: {died}"}
 
-    # Timing programs last, each alone: nothing else runs while it measures.
-    order = sorted(range(len(programs)), key=lambda i: measures_time(programs[i]))
-    for index in order:
-        chunks = programs[index]
-        alone = measures_time(chunks)
-        while len(running) >= (1 if alone else jobs):
+    # No program asserts on a timing (test_claims), so none needs the cores to itself.
+    for index, chunks in enumerate(programs):
+        while len(running) >= jobs:
             collect()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -237,9 +218,6 @@ def _serve() -> None:
             finally:
                 os._exit(1)
         running[pid] = index
-        if alone:
-            while running:
-                collect()
     while running:
         collect()
     shutil.rmtree(scratch, ignore_errors=True)
