@@ -30,6 +30,7 @@
 
 # %%
 import math
+import os
 import time
 
 import matplotlib.pyplot as plt
@@ -39,7 +40,12 @@ from torch import nn
 
 import attention
 
-torch.manual_seed(0)
+# Every random draw of the training below follows from SEED. The tests also
+# run this tutorial with other seeds (ATTENTION_SEED=3 python
+# docs/tutorials/09_train_a_tiny_transformer.py): every claim asserted
+# about a trained model holds for all of them.
+SEED = int(os.environ.get("ATTENTION_SEED", "0"))
+torch.manual_seed(SEED)
 torch.set_printoptions(precision=3, sci_mode=False)
 # The tensors here are tiny: a second thread costs more in hand-offs than
 # it saves, and on a busy machine it can slow training down tenfold or
@@ -51,9 +57,9 @@ torch.set_num_threads(1)
 #
 # A sequence is $L = 10$ symbols drawn uniformly from a vocabulary of
 # $V = 16$, shown as the letters A to P. The target is the same sequence
-# reversed. Batches are generated on the fly from a seeded
-# `torch.Generator`, so every run sees the same data and no data set is
-# stored or downloaded.
+# reversed. Batches are generated on the fly from a `torch.Generator`
+# seeded with `SEED`, so a run with the same seed sees the same data, and
+# no data set is stored or downloaded.
 #
 # Guessing gives a token accuracy of $1/V = 6.25\%$ and a cross-entropy of
 # $\ln V \approx 2.77$ nats: the numbers a model that learned nothing sits
@@ -78,9 +84,10 @@ x, y = make_batch(3, torch.Generator().manual_seed(0))
 for xi, yi in zip(x, y, strict=True):
     print(spell(xi), "->", spell(yi))
 
-# Held-out sequences, from generators the training loop never uses.
-x_val, y_val = make_batch(256, torch.Generator().manual_seed(1))
-x_test, y_test = make_batch(1000, torch.Generator().manual_seed(2))
+# Held-out sequences, the same for every SEED: from generators of their
+# own, with seeds far from those of the training runs.
+x_val, y_val = make_batch(256, torch.Generator().manual_seed(10_001))
+x_test, y_test = make_batch(1000, torch.Generator().manual_seed(10_002))
 print(f"chance: accuracy {1 / V:.4f}, loss ln(V) = {math.log(V):.3f}")
 
 # %% [markdown]
@@ -190,7 +197,7 @@ class TinyTransformer(nn.Module):
         return logits, torch.stack(maps)  # maps: (layers, B, H, L, L)
 
 
-torch.manual_seed(0)
+torch.manual_seed(SEED)
 model = TinyTransformer()
 logits, maps = model(x_val[:4])
 n_params = sum(p.numel() for p in model.parameters())
@@ -222,7 +229,7 @@ def evaluate(model, x, y):
     return loss, correct.mean().item(), correct.mean(0)
 
 
-def train(model, steps, lr=3e-3, batch_size=128, seed=0, print_every=0):
+def train(model, steps, lr=3e-3, batch_size=128, seed=SEED, print_every=0):
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     history = {"loss": [], "eval_step": [], "val_acc": []}
@@ -257,17 +264,22 @@ print(f"trained {STEPS} steps in {time.perf_counter() - start:.1f} s")
 # model knows only that every letter is equally likely, it drops by more
 # than two orders of magnitude. The validation accuracy climbs from near
 # chance to 100% within the first hundred steps, as the attention locks
-# onto the right positions. The cell prints both and asserts them.
+# onto the right positions. The cell prints both and asserts them: these
+# hold for every seed we tried, not only for the run shown.
 
-# %% caption="Training of the reversal model: the training loss per step (left, log scale) starts at the chance level ln V (dashed) and falls by more than two orders of magnitude over 300 steps. The validation token accuracy (right) climbs from near chance (dashed, 1/V) to 100 % within the first hundred steps and stays there."
+# %% caption="Training of the reversal model: the training loss per step (left, log scale) starts at the chance level ln V (dashed) and falls by more than two orders of magnitude over 300 steps. The validation token accuracy (right) climbs from near chance (dashed, 1/V) to 100 % within the first hundred steps."
 drop = math.log(V) / history["loss"][-1]
 evals = zip(history["eval_step"], history["val_acc"], strict=True)
 perfect = [step for step, acc in evals if acc == 1.0]  # steps at 100%
 print(f"last training loss {history['loss'][-1]:.4f}: ln V / {drop:.0f}")
 print(f"validation accuracy at step 10: {history['val_acc'][0]:.3f}")
 print(f"first evaluation at 100%: step {perfect[0]}")
-assert drop > 100  # more than two orders of magnitude
-assert history["val_acc"][0] < 0.5  # near chance (1/16) at step 10
+# The ranges quoted in these comments are of seeds 0-4.
+# Across seeds: ln V / last loss 1140-1282, more than 100
+assert drop > 100
+# Across seeds: 0.10-0.13 at step 10, below 0.5 (chance is 1/16)
+assert history["val_acc"][0] < 0.5
+# Across seeds: 100 % first at step 50 or 60, by step 100
 assert perfect[0] <= 100
 
 fig, (ax_loss, ax_acc) = plt.subplots(
@@ -311,8 +323,11 @@ print(f"test sequence accuracy {sequence_acc:.4f}")
 print("per position:", per_position)
 for i in range(3):
     print(spell(x_test[i]), "->", spell(prediction[i]))
+# Across seeds: 1.0000 for seeds 0-4, above 0.99
 assert test_acc > 0.99
-assert sequence_acc > 0.99  # whole sequences, all ten letters right
+# Across seeds: whole sequences, 1.0000 for seeds 0-4, above 0.99
+assert sequence_acc > 0.99
+# Across seeds: 0.0021-0.0024 (seeds 0-4), below 0.05
 assert test_loss < 0.05
 
 # %% [markdown]
@@ -325,7 +340,7 @@ assert test_loss < 0.05
 # whose output is being computed), columns are keys (the positions read);
 # each row sums to 1.
 
-# %% caption="The four learned attention maps (2 layers × 2 heads) for the first test sequence, rows = query positions, columns = key positions, labelled position:letter, on a 0 to 1 colour scale. The anti-diagonal stands out: query i reads key 9 − i, most sharply in layer 1, where almost every row puts nearly all of its weight on its mirror position."
+# %% caption="The four learned attention maps (2 layers × 2 heads) for the first test sequence, rows = query positions, columns = key positions, labelled position:letter, on a 0 to 1 colour scale. The anti-diagonal, query i reading key 9 − i, shows in every head, most sharply in layer 1: measured over the test set below, layer 1's heads put more than 85 % of their weight there, layer 0's less."
 layers, _, H = test_maps.shape[:3]
 example = test_maps[:, 0]  # (layers, H, L, L) for the first sequence
 labels = [f"{i}:{LETTERS[t]}" for i, t in enumerate(x_test[0].tolist())]
@@ -395,25 +410,38 @@ print(
     f"rows with the argmax on the anti-diagonal: {int(best_hits.sum())}"
     f" of {best_hits.numel()}"
 )
-# In that head, every query of the first eight test sequences reads its
-# mirror position more than any other position ...
-assert best_hits[:8].all()
-# ... almost every row of all 1000 does, with most of its weight.
+first_eight = int(best_hits[:8].sum())
+print(
+    "In this run, "
+    + ("all 80" if first_eight == 80 else f"{first_eight} of the 80")
+    + " rows of the first eight test sequences (the one plotted among"
+    " them) put their largest weight on the mirror position."
+)
+# In the reversal head, almost every row of all 1000 reads its mirror
+# position more than any other, with most of its weight. (The ranges
+# quoted are of seeds 0-4.)
+# Across seeds: hit rate 0.9992-1.0000, above 0.99
 assert hit_rate[best] > 0.99
+# Across seeds: mass 0.965-0.987, above 0.8
 assert mass[best] > 0.8
-# Every head leans towards the anti-diagonal (uniform rows would put 1/L =
-# 0.1 there), the second layer's heads far more sharply than the first's.
+# Every head leans towards the anti-diagonal (uniform rows would put
+# 1/L = 0.1 there), the second layer's heads more sharply than the
+# first's.
+# Across seeds: every head at least 0.54, above 0.3
 assert mass.min() > 0.3
-assert mass[1].min() > 0.9
+# Across seeds: layer 1's heads 0.938-0.987, above 0.85
+assert mass[1].min() > 0.85
+# Across seeds: layer 1's least above layer 0's most (0.873 at most)
 assert mass[1].min() > mass[0].max()
 
 # %% [markdown]
-# In the reversal head, every query of the first eight test sequences
-# (the one plotted among them) puts its largest weight on its mirror
-# position, and over all $1000 \times 10$ rows the printed hit rate is
-# (practically) 1. All four heads lean towards the anti-diagonal, those of
-# the second layer sharply (more than 90% of their weight there) and those
-# of the first more loosely (asserted in the cell above). Nothing
+# In the reversal head, more than 99% of all $1000 \times 10$ rows put
+# their largest weight on the mirror position (asserted; the cell prints
+# this run's count, and how the first eight test sequences fare). All
+# four heads lean towards the anti-diagonal, those of the second layer
+# sharply (more than 85% of their weight there) and those of the first
+# more loosely (asserted in the cell above). Which head of the second
+# layer is the sharpest differs from seed to seed. Nothing
 # forces a single head to do the job: the two layers share it, and a
 # blurred copy in layer 0 is harmless as long as the information ends up
 # at the right position. (With one layer and one head the single map is
@@ -452,7 +480,7 @@ torch.testing.assert_close(by_hand, test_maps[0])
 # training fixes that; we train for 200 steps to see where it ends up.
 
 # %%
-torch.manual_seed(0)
+torch.manual_seed(SEED)
 no_pos = TinyTransformer(positions=False)
 no_pos_history = train(no_pos, 200)
 no_pos_loss, no_pos_acc, no_pos_per_position = evaluate(
@@ -461,6 +489,7 @@ no_pos_loss, no_pos_acc, no_pos_per_position = evaluate(
 print(
     f"no positions: test loss {no_pos_loss:.3f}, accuracy {no_pos_acc:.3f}"
 )
+print("accuracy per position:", no_pos_per_position)
 
 no_pos.eval()
 with torch.no_grad():
@@ -481,11 +510,18 @@ gap = (out[:, :, None] - out[:, None, :]).abs().amax(-1)  # (n, L, L)
 print(f"{int(same.sum()) // 2} pairs of positions share a letter;")
 print(f"largest difference of their logits: {gap[same].max():.2e}")
 assert gap[same].max() < 1e-4
-assert no_pos_acc < 0.4
+# About a quarter right at every position. (Ranges of seeds 0-4.)
+# Across seeds: every position 0.212-0.256, above 0.15
+assert no_pos_per_position.min() > 0.15
+# Across seeds: every position 0.212-0.256, below 0.35
+assert no_pos_per_position.max() < 0.35
+# Across seeds: test loss 1.97-1.99 nats, between 1.5 and 2.5
+assert 1.5 < no_pos_loss < 2.5
 
 # %% [markdown]
 # The position-free model does better than chance (about a quarter right
-# instead of $1/16$): knowing which letters are in the bag, it can bet on
+# at every position instead of $1/16$, asserted between 0.15 and 0.35):
+# knowing which letters are in the bag, it can bet on
 # one that occurs several times. But it cannot tell which letter sits at
 # the mirror position. Any positional scheme fixes this: learned vectors
 # as here, the sinusoidal encoding
@@ -504,7 +540,7 @@ assert no_pos_acc < 0.4
 # $\tfrac{1}{2}\ln V \approx 1.39$. Same model, `causal=True`, 200 steps:
 
 # %%
-torch.manual_seed(0)
+torch.manual_seed(SEED)
 causal = TinyTransformer(causal=True)
 causal_history = train(causal, 200)
 causal_loss, causal_acc, causal_per_position = evaluate(
@@ -519,8 +555,12 @@ print(
 )
 print("accuracy, positions 0-4:", [round(a, 3) for a in first.tolist()])
 print("accuracy, positions 5-9:", [round(a, 3) for a in second.tolist()])
-assert first.max() < 0.15  # chance is 1/16 = 0.0625
+# (Ranges of seeds 0-4.)
+# Across seeds: positions 0-4 at most 0.077, below 0.15 (chance 0.0625)
+assert first.max() < 0.15
+# Across seeds: positions 5-9 all 1.0, above 0.95
 assert second.min() > 0.95
+# Across seeds: within 0.013 of the prediction, asserted within 0.2
 assert abs(causal_loss - math.log(V) / 2) < 0.2
 
 # %% [markdown]
@@ -531,7 +571,7 @@ assert abs(causal_loss - math.log(V) / 2) < 0.2
 # falls on visible keys; we score those rows with the same function as in
 # section 5.
 
-# %% caption="The four attention maps of the causally masked model for the same test sequence: everything above the diagonal is exactly 0. The anti-diagonal survives only in rows 5 to 9, whose mirror positions are visible (query 9 reads key 0, query 5 key 4); rows 0 to 4, whose mirrors lie in the future, cannot follow it, and in layer 1 they put their weight on key 0."
+# %% caption="The four attention maps of the causally masked model for the same test sequence: everything above the diagonal is exactly 0. The anti-diagonal can survive only in rows 5 to 9, whose mirror positions are visible (query 9 reads key 0, query 5 key 4); rows 0 to 4, whose mirrors lie in the future, cannot follow it. The cell prints which head follows it most closely in this run."
 causal.eval()
 with torch.no_grad():
     causal_maps = causal(x_test)[1]  # (layers, n, H, L, L)
@@ -544,6 +584,9 @@ c_best = divmod(c_mass.argmax().item(), H)
 c_rate = c_hits[c_best[0], :, c_best[1]].float().mean().item()
 print("causal reversal head: layer {}, head {}".format(*c_best))
 print(f"rows 5-9: mass {c_mass[c_best]:.3f}, hit rate {c_rate:.4f}")
+# In the best head, rows 5 to 9 read their mirror; which layer holds that
+# head differs from seed to seed.
+# Across seeds: hit rate 1.0000 for seeds 0-4, above 0.99
 assert c_rate > 0.99
 
 fig = plt.figure(figsize=(9, 8), layout="constrained")
@@ -564,7 +607,7 @@ fig = attention.plot_attention_heads(
 # The three models side by side, accuracy at each output position and
 # training loss:
 
-# %% caption="The three models compared: test accuracy at each output position 0 to 9 (left; learned positions blue, no positions orange, causal mask green, chance 1/V dashed) and training loss per step (right, log scale). Learned positions reach 100 % everywhere and a loss below 0.01; the causal model is at 100 % on positions 5 to 9 and near chance on 0 to 4, its loss flat at ½ ln V (dotted); without positions the model stays near 0.25 on every position and its loss barely falls."
+# %% caption="The three models compared: test accuracy at each output position 0 to 9 (left; learned positions blue, no positions orange, causal mask green, chance 1/V dashed) and training loss per step (right, log scale). Learned positions reach (nearly) 100 % everywhere and a loss more than 100 times below ln V; the causal model is at (nearly) 100 % on positions 5 to 9 and near chance on 0 to 4, its loss levelling off at ½ ln V (dotted); without positions the model stays near a quarter on every position and its loss levels off higher still, near 2 nats."
 fig, (ax_pos, ax_curves) = plt.subplots(
     1, 2, figsize=(8, 3.6), layout="constrained"
 )
@@ -605,9 +648,10 @@ legend = fig.legend(
 )
 
 # %% [markdown]
-# The causal model learned the half it can see perfectly and sits at chance
-# on the rest, its loss flat at $\frac{1}{2} \ln V$; the position-free
-# model is stuck at the same low accuracy on every position.
+# The causal model learned the half it can see (asserted: above 95% on
+# each of positions 5 to 9) and sits at chance on the rest, its loss at
+# $\frac{1}{2} \ln V$; the position-free model is stuck at the same low
+# accuracy on every position.
 #
 # ## Summary
 #
@@ -616,7 +660,8 @@ legend = fig.legend(
 #   $x + \operatorname{MHA}(\operatorname{LN}(x))$ and
 #   $x + \operatorname{MLP}(\operatorname{LN}(x))$, a final LayerNorm and a
 #   linear head. With $E = 32$, 2 layers and 2 heads it learns to reverse
-#   sequences perfectly in 300 steps, on a CPU.
+#   sequences in 300 steps, on a CPU: more than 99% of the test sequences
+#   right, for every seed we tried.
 # - The attention maps show how: a head routes output $i$ to input
 #   $L - 1 - i$. We found it by its anti-diagonal mass and checked that
 #   its largest weights lie on the anti-diagonal.
@@ -662,10 +707,11 @@ legend = fig.legend(
 # accuracy is again 100%. (3) Yes, 100%. As with learned positions, the
 # sharp reversal heads are in the second layer; what changes is the first
 # layer, whose heads now put less than 20% of their weight on the
-# anti-diagonal (more than half with learned positions, section 5). (4) The
-# token accuracy reaches about 99% in 300 steps, but the second layer's maps
-# change from one input to the next: their standard deviation across test
-# inputs is above 0.1 per entry, against about 0.01 for the reversal heads.
+# anti-diagonal (about half or more with learned positions, section 5).
+# (4) The token accuracy reaches about 99% in 300 steps, but the second
+# layer's maps change from one input to the next: their standard
+# deviation across test inputs is above 0.1 per entry, against about
+# 0.01 for the reversal heads.
 # Each output must find "the $i$-th smallest letter" wherever it is: a match
 # on content, not on position. (5) 100% on the last ten outputs,
 # teacher-forced and also when generating one letter at a time with the

@@ -13,14 +13,15 @@
 #
 # **You will learn** how a two-layer, attention-only transformer learns to
 # continue a pattern it has seen once, *in context*: after
-# "… K q … K", predict "q". Olsson et al. (2022) found that language
-# models do this with a two-head circuit they called an **induction
-# head**, and that it appears suddenly during training, in a "phase
-# change" visible in the loss. We train such a model on a CPU in seconds,
-# watch the phase change, find the two heads by measurement (a
-# **previous-token head** in layer 0, an **induction head** in layer 1),
-# check that the second depends on the first, and switch each head off to
-# see what it was doing.
+# "… K q … K", predict "q". Elhage et al. (2021) found that two-layer
+# attention-only models do this with a two-head circuit they called an
+# **induction head**; Olsson et al. (2022) showed that it appears
+# suddenly during training, in a "phase change" visible in the loss, and
+# linked it to the in-context learning of large language models. We
+# train such a model on a CPU in seconds, watch the phase change, find
+# the two heads by measurement (a **previous-token head** in layer 0, an
+# **induction head** in layer 1), check that the second depends on the
+# first, and switch each head off to see what it was doing.
 #
 # Nobody tells the model to build this circuit. The data only rewards it:
 # once a stretch of tokens starts to repeat, the next token is whatever
@@ -28,6 +29,7 @@
 
 # %%
 import math
+import os
 import time
 
 import matplotlib.pyplot as plt
@@ -37,7 +39,12 @@ from torch import nn
 
 import attention
 
-torch.manual_seed(0)
+# Every random draw of the training below follows from SEED. The tests also
+# run this tutorial with other seeds (ATTENTION_SEED=3 python
+# docs/tutorials/12_induction_heads.py): every claim asserted about a
+# trained model holds for all of them.
+SEED = int(os.environ.get("ATTENTION_SEED", "0"))
+torch.manual_seed(SEED)
 torch.set_printoptions(precision=3, sci_mode=False)
 # Tiny tensors: one thread is faster than two here (no hand-offs).
 torch.set_num_threads(1)
@@ -110,8 +117,10 @@ for row in make_batch(4, torch.Generator().manual_seed(0)):
 
 # %%
 TEST_PERIOD, TEST_FILLER = 12, 8
+# The same for every SEED: a generator of its own, its seed far from
+# those of training.
 x_test = make_batch(
-    1000, torch.Generator().manual_seed(1), TEST_PERIOD, TEST_FILLER
+    1000, torch.Generator().manual_seed(10_001), TEST_PERIOD, TEST_FILLER
 )
 start_repeat = TEST_FILLER + TEST_PERIOD  # 20: first repeated position
 targets = torch.arange(1, L)  # prediction i targets token i + 1
@@ -128,7 +137,7 @@ print(f"chance: ln V = {math.log(V):.3f} nats")
 # %% [markdown]
 # ## 2. An attention-only transformer
 #
-# Olsson et al. study the circuit in models made of attention alone, so
+# Elhage et al. study the circuit in models made of attention alone, so
 # that nothing else can do the work: no MLPs. Each of the two layers adds
 # the output of a causal
 # [`attention.MultiHeadAttention`](../../reference/multi_head/#attention.multi_head.MultiHeadAttention)
@@ -210,7 +219,7 @@ def _mean_head(head, head_dim):
     return hook
 
 
-torch.manual_seed(0)
+torch.manual_seed(SEED)
 model = AttentionOnly()
 logits, maps = model(x_test[:2])
 print(f"parameters: {sum(p.numel() for p in model.parameters()):,}")
@@ -272,7 +281,7 @@ def evaluate(model, tokens=x_test, ablate=()):
 
 # %%
 STEPS, EVERY = 400, 20
-generator = torch.Generator().manual_seed(0)
+generator = torch.Generator().manual_seed(SEED)
 optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
 history = {"step": [], "first": [], "repeated": [], "prev": [], "ind": []}
 start = time.perf_counter()
@@ -301,45 +310,58 @@ print(f"trained {STEPS} steps in {time.perf_counter() - start:.1f} s")
 
 # %% [markdown]
 # Two stages show in the curves. First the loss on repeated tokens
-# drifts down from $\ln V$ to a little over 2 nats: the model learns that
-# the next token is probably one it has already seen in this sequence,
+# drifts down from $\ln V$ to about 2.5 nats: the model learns that the
+# next token is probably one it has already seen in this sequence,
 # without knowing which (exercise 1 shows that a single layer gets this
-# far). Then, between two evaluations, it collapses by more than a nat,
-# and the previous-token and induction scores make their largest jumps
-# in that interval or next to it: the **phase change**, in which the two
-# heads of the circuit form together. The loss on first occurrences stays
-# near $\ln V$ throughout: there is nothing to learn about a token never
-# seen, only how to copy from context. The cell finds the largest drop
-# and asserts all three.
+# far). Then, within 40 steps (two evaluations), it collapses by more
+# than 1.5 nats, while the previous-token and induction scores climb:
+# the **phase change**, in which the two heads of the circuit form
+# together. The loss on first occurrences stays near $\ln V$ throughout:
+# there is nothing to learn about a token never seen, only how to copy
+# from context. The cell finds the 40 steps with the largest drop and
+# asserts all three; at which step it comes differs from seed to seed.
 
-# %% caption="Training of the attention-only model, evaluated every 20 steps on the 1000 test sequences. Left: the loss on first occurrences stays near ln V (dashed); the loss on repeated tokens (log scale) first drifts down from ln V to about 2 nats, then collapses by more than a nat within one interval of 20 steps (shaded) and ends near zero. Right: the best previous-token score among layer 0's heads and the best induction score among layer 1's heads, both rising from near zero to well above 0.5 and making their largest jump in or next to the shaded interval."
-drops = -torch.tensor(history["repeated"]).diff()  # per interval of 20
-jumps = {key: torch.tensor(history[key]).diff() for key in ("prev", "ind")}
-phase = int(drops.argmax())  # the interval of the largest drop
+# %% caption="Training of the attention-only model, evaluated every 20 steps on the 1000 test sequences. Left: the loss on first occurrences stays near ln V (dashed); the loss on repeated tokens (log scale) first drifts down from ln V to about 2.5 nats, then collapses by more than 1.5 nats within 40 steps (shaded) and ends near zero. Right: the best previous-token score among layer 0's heads and the best induction score among layer 1's heads, both rising from 0.1 or less to above 0.5, and both climbing in the shaded steps."
+WINDOW = 2  # evaluations: 40 steps
+repeated_loss = torch.tensor(history["repeated"])
+drops = repeated_loss[:-WINDOW] - repeated_loss[WINDOW:]  # per 40 steps
+phase = int(drops.argmax())  # where the largest drop starts
 steps = [int(step) for step in history["step"]]
-lo, hi = steps[phase], steps[phase + 1]
+lo, hi = steps[phase], steps[phase + WINDOW]
+rise = {
+    key: history[key][phase + WINDOW] - history[key][phase]
+    for key in ("prev", "ind")
+}
 print(
-    f"largest drop of the repeated-token loss: steps {lo} to {hi},"
-    f" from {history['repeated'][phase]:.2f}"
-    f" to {history['repeated'][phase + 1]:.2f} nats"
+    f"largest drop of the repeated-token loss in 40 steps: steps {lo} to"
+    f" {hi}, from {history['repeated'][phase]:.2f}"
+    f" to {history['repeated'][phase + WINDOW]:.2f} nats"
 )
 for key, name in (("prev", "previous-token"), ("ind", "induction")):
-    i = int(jumps[key].argmax())
     print(
-        f"largest jump of the {name} score: steps {steps[i]} to {steps[i + 1]}"
+        f"{name} score in those steps: {history[key][phase]:.2f}"
+        f" -> {history[key][phase + WINDOW]:.2f}"
     )
 print(
     f"final loss: first occurrences {history['first'][-1]:.3f},"
     f" repeated {history['repeated'][-1]:.4f}"
 )
-assert history["repeated"][0] > 0.9 * math.log(V)  # starts at chance
-assert history["repeated"][-1] < 0.1  # ends almost certain
-assert history["first"][-1] > 0.95 * math.log(V - L)  # nothing to learn
+# (The ranges quoted in these comments are of seeds 0-4.)
+# Across seeds: 4.11-4.12 at step 0, at chance
+assert history["repeated"][0] > 0.9 * math.log(V)
+# Across seeds: 0.007-0.010 at the end, almost certain
+assert history["repeated"][-1] < 0.1
+# Across seeds: 3.97-3.98 at the end: nothing to learn
+assert history["first"][-1] > 0.95 * math.log(V - L)
 # The first stage: well below chance but far from solved ...
+# Across seeds: 2.45-2.77 nats before the drop
 assert 1.5 < history["repeated"][phase] < 0.8 * math.log(V)
-# ... then more than a nat in one interval, with both heads forming.
-assert drops[phase] > 1
-assert all(abs(int(jump.argmax()) - phase) <= 1 for jump in jumps.values())
+# ... then more than 1.5 nats in 40 steps ...
+# Across seeds: 1.93-2.45 nats
+assert drops[phase] > 1.5
+# ... while both heads form.
+# Across seeds: induction +0.52 to +0.68, previous-token +0.20 to +0.35
+assert rise["ind"] > 0.3 and rise["prev"] > 0.1
 
 fig, (ax_loss, ax_score) = plt.subplots(
     1, 2, figsize=(8.5, 3.2), layout="constrained"
@@ -385,10 +407,13 @@ previous_heads = [(0, h) for h in range(H) if previous[0, h] > 0.5]
 induction_heads = [(1, h) for h in range(H) if induction[1, h] > 0.5]
 print(f"previous-token heads (score > 0.5): {previous_heads}")
 print(f"induction heads (score > 0.5): {induction_heads}")
+# The ranges quoted in these comments are of seeds 0-4.
+# Across seeds: previous-token 0.62-0.71, induction 0.98-0.99
 assert previous[prev_head] > 0.5 and induction[ind_head] > 0.8
 # Each job belongs to one layer: no layer-1 head reads the previous
 # token, no layer-0 head does induction (it cannot: see below).
-assert previous[1].max() < 0.2 and induction[0].max() < 0.2
+# Across seeds: at most 0.05 and 0.14
+assert previous[1].max() < 0.2 and induction[0].max() < 0.25
 
 # %% [markdown]
 # Nothing stops two heads of a layer from learning the same job, so the
@@ -398,7 +423,7 @@ assert previous[1].max() < 0.2 and induction[0].max() < 0.2
 # sequence show the two patterns, and also where each head does *not*
 # do its job.
 
-# %% caption="Attention maps of the best previous-token head (left, layer 0) and the best induction head (right, layer 1) on the first test sequence, queries as rows and keys as columns, labelled with their tokens. Left: the rows of the first 20 tokens put their weight one place left of the diagonal; the rows of the repeated half spread theirs. Right: the rows of the repeated half (from query 20) put their weight on the key 11 places left of the diagonal, the successor of the earlier occurrence of their token; the rows before read the first few keys."
+# %% caption="Attention maps of the best previous-token head (left, layer 0) and the best induction head (right, layer 1) on the first test sequence, queries as rows and keys as columns, labelled with their tokens. Left: the rows of the first 20 tokens put most of their weight one place left of the diagonal; the rows of the repeated half spread theirs more. Right: the rows of the repeated half (from query 20) put their weight on the key 11 places left of the diagonal, the successor of the earlier occurrence of their token; the rows before read the first few keys. The next cells measure both patterns over all 1000 test sequences."
 labels = list(spell(x_test[0]))
 first_maps = maps[:, 0]  # (layers, H, L, L): the first test sequence
 fig = plt.figure(figsize=(9, 4.6), layout="constrained")
@@ -446,7 +471,10 @@ print(
 print("induction head:")
 print(f"  repeated half, on the successor key: {on_successor:.2f}")
 print(f"  first occurrences, on keys 0 to 3: {on_first_keys:.2f}")
-assert on_previous > 0.8 and on_previous_again < 0.5
+# (Ranges of seeds 0-4.)
+# Across seeds: 0.85-0.96 on key i - 1 and 0.25-0.35 in the repeat
+assert on_previous > 0.7 and on_previous_again < 0.5
+# Across seeds: 0.99 on the successor, 0.92-0.95 on keys 0 to 3
 assert on_successor > 0.9 and on_first_keys > 0.8
 
 # %% [markdown]
@@ -454,9 +482,9 @@ assert on_successor > 0.9 and on_first_keys > 0.8
 # head looks for keys that *follow* an earlier copy of the query's token,
 # and in these sequences every such key lies in the first 20 positions:
 # nothing in the task rewards writing the previous token into the
-# positions of the repeated half, and there the head's weight spreads. The induction head, for its
-# part, finds nothing to match on a first occurrence, and parks its
-# weight on the first few keys.
+# positions of the repeated half, and there the head's weight spreads.
+# The induction head, for its part, finds nothing to match on a first
+# occurrence, and parks its weight on the first few keys.
 
 # %% [markdown]
 # Why does it take **two** layers? The induction head's query at token
@@ -464,7 +492,7 @@ assert on_successor > 0.9 and on_first_keys > 0.8
 # position $j$ carries, after layer 0, only its own token and position,
 # unless a layer-0 head copied its predecessor's token into it: that is
 # the previous-token head's job. The layer-1 head then matches its own
-# token (query) against "my predecessor was…" (key): Olsson et al. call
+# token (query) against "my predecessor was…" (key): Elhage et al. call
 # this **K-composition**, keys built from an earlier head's output. A
 # single layer cannot do it, which is why no layer-0 head scored as an
 # induction head.
@@ -484,14 +512,19 @@ assert on_successor > 0.9 and on_first_keys > 0.8
 # back towards chance, while first occurrences do not care; and without
 # the previous-token head, the induction head should lose its pattern,
 # since its keys no longer carry the predecessor's token. We switch off
-# each head alone, then the induction heads together.
+# each head alone, then both heads of layer 0 together (in some runs the
+# previous-token job is shared between them), then the induction heads
+# together.
 
 # %%
 ablations = {"none": []}
 for layer in range(layers):
     for h in range(H):
         ablations[f"layer {layer}, head {h}"] = [(layer, h)]
-ablations["previous-token heads"] = previous_heads
+# The previous-token job can be split between layer 0's heads (seeds
+# differ): switch them all off. Nothing else in this model can write a
+# token's predecessor into its key.
+ablations["all of layer 0"] = [(0, h) for h in range(H)]
 ablations["induction heads"] = induction_heads
 results = {}
 print(
@@ -503,30 +536,55 @@ for name, heads in ablations.items():
     results[name] = (f, r, score)
     print(f"{name:<20} {f:>6.3f} {r:>9.3f} {score:>16.2f}")
 
-without_prev = results["previous-token heads"]
+without_prev = results["all of layer 0"]
 without_ind = results["induction heads"]
-# The circuit, cut at either end, loses most of what was learned ...
+# The circuit, cut at either end, loses most of what was learned: the
+# loss on repeated tokens climbs above half of ln V = 1.98 nats ...
+# (The ranges quoted are of seeds 0-4.)
+# Across seeds: without layer 0, 3.90-3.99 nats
 assert without_prev[1] > 0.5 * math.log(V)
+# Across seeds: without the induction heads, 3.91-3.95 nats
 assert without_ind[1] > 0.5 * math.log(V)
 # ... first occurrences hardly change ...
+# Across seeds: every ablation within 0.14 nats of none
 assert all(abs(f - first_loss) < 0.3 for f, _, _ in results.values())
-# ... and the induction head needs the previous-token head (K-composition).
+# ... and the induction head needs layer 0 (K-composition).
+# Across seeds: its score 0.05-0.07 without layer 0, 0.98-0.99 with
 assert without_prev[2] < 0.3 < 0.8 < induction[ind_head]
+# Each induction head alone does part of the job: without it, repeated
+# tokens cost more than 0.5 nats, and 0.5 nats less than without all.
+for layer, h in induction_heads if len(induction_heads) > 1 else []:
+    alone = results[f"layer {layer}, head {h}"][1]
+    # Across seeds: one of two ablated, 1.48-2.36 nats
+    assert 0.5 < alone < without_ind[1] - 0.5, (layer, h)
+alone = [results[f"layer 0, head {h}"][1] for h in range(H)]
+print(
+    "In this run, switching off layer 0's heads one at a time leaves "
+    + " and ".join(f"{r:.2f}" for r in alone)
+    + f" nats on repeated tokens, both together {without_prev[1]:.2f}: "
+    + (
+        "one head carries most of the previous-token job."
+        if max(alone) > 0.8 * without_prev[1]
+        else "neither carries most of the previous-token job alone."
+    )
+)
 
 # %% [markdown]
-# Without the previous-token head, or without the induction heads, the
-# loss on repeated tokens climbs most of the way back to chance (asserted:
-# above half of $\ln V$), and first occurrences do not notice (asserted:
-# within 0.3 nats). Without the previous-token head, the induction head
-# still runs, but its score collapses: its pattern was computed from what
-# the previous-token head wrote. (An ablation replaces a head's output,
+# Without layer 0's heads, or without the induction heads, the loss on
+# repeated tokens climbs most of the way back to chance (asserted: above
+# half of $\ln V$), and first occurrences do not notice (asserted:
+# within 0.3 nats). Without layer 0's heads, the induction head still
+# runs, but its score collapses (asserted: below 0.3): its pattern was
+# computed from what the previous-token head wrote. How the seed splits
+# the previous-token job between layer 0's heads varies; the cell says
+# how this run did. (An ablation replaces a head's output,
 # not its map, so an ablated induction head keeps its own score: the last
 # column measures the best induction head as the rest of the model leaves
 # it.) Where layer 1 holds two induction heads, each carries part of the
 # job: switching off one raises the loss on repeated tokens part of the
-# way, switching off both all the way. A job split between heads is one
-# reason why ablating a single head in a large model can understate what
-# it does.
+# way, switching off both all the way (asserted). A job split between
+# heads is one reason why ablating a single head in a large model can
+# understate what it does.
 #
 # ## 7. Beyond the periods it was trained on
 #
@@ -540,11 +598,10 @@ assert without_prev[2] < 0.3 < 0.8 < induction[ind_head]
 
 # %%
 print(f"{'period':>6} {'accuracy':>9}  per query of the repeated half")
-accuracy, later = {}, {}
+accuracy, later, slips = {}, {}, []
 for period in range(TEST_PERIOD, 17):
-    tokens = make_batch(
-        1000, torch.Generator().manual_seed(period), period, L - 2 * period
-    )
+    held_out = torch.Generator().manual_seed(10_000 + period)
+    tokens = make_batch(1000, held_out, period, L - 2 * period)
     with torch.no_grad():
         logits, _ = model(tokens)
     # queries L - p .. L - 2 predict the repeated targets after the first
@@ -552,27 +609,50 @@ for period in range(TEST_PERIOD, 17):
         logits[:, L - period : -1].argmax(-1)
         == tokens[:, L - period + 1 :]
     )
-    accuracy[period] = hits.float().mean().item()
-    later[period] = hits[:, 2:].float().mean().item()  # all but 2 first
-    per_query = " ".join(f"{a:.2f}" for a in hits.float().mean(0).tolist())
-    print(f"{period:>6} {accuracy[period]:>9.3f}  {per_query}")
-assert accuracy[TEST_PERIOD] > 0.99  # trained
-assert accuracy[13] > 0.99 and accuracy[14] > 0.99  # never seen
-assert min(accuracy.values()) > 0.8
-assert min(later.values()) > 0.99  # the misses: in the first two queries
+    per_query = hits.float().mean(0)  # (p - 1,)
+    accuracy[period] = per_query.mean().item()
+    # Query q's token first appeared at q - p, and the answer at q - p + 1.
+    query = torch.arange(L - period, L - 1)
+    copy = query - period
+    later[period] = per_query[copy >= 3].mean().item()
+    slips += [
+        (int(q), int(c), float(a))
+        for q, c, a in zip(query, copy, per_query, strict=True)
+        if a < 0.99
+    ]
+    row = " ".join(f"{a:.2f}" for a in per_query.tolist())
+    print(f"{period:>6} {accuracy[period]:>9.3f}  {row}")
+print("Queries right less than 99 % of the time:")
+for q, c, a in slips:
+    print(
+        f"  query {q} at period {q - c}: {a:.0%}, its token first at {c}"
+    )
+# (Ranges of seeds 0-4.)
+# Across seeds: the trained period 12, at least 0.9996
+assert accuracy[TEST_PERIOD] > 0.99
+# Across seeds: the unseen periods 13 and 14, at least 0.9996
+assert accuracy[13] > 0.99 and accuracy[14] > 0.99
+# Across seeds: the lowest, period 16, 0.88-0.92
+assert min(accuracy.values()) > 0.75
+# On every period, the queries whose token first appeared at position 3
+# or later are right.
+# Across seeds: at least 0.9996 on every period
+assert min(later.values()) > 0.98
 
 # %% [markdown]
 # On periods 13 and 14, never seen in training, the model is as accurate
 # as on the test period (asserted: above 99 %): it finds the earlier copy
 # by its content, not at a memorised distance. The per-query accuracies
-# show where this stops: at period 16 the misses are all in the first
-# two queries of the repeated half (asserted: every later query is right
-# more than 99 % of the time), whose earlier copies sit at positions 1
-# and 2, at the very start of the sequence and 15 places back, further
-# than any copy in training. The content match extends beyond the
-# training range, but not without limit: "the model learned the
-# algorithm" is a claim with a
-# range, measured here, not assumed.
+# show where this stops, and distance does not explain it: at period 16
+# every query reads 15 places back, and most of them are right. The
+# misses are in the first queries of the repeated half, whose tokens
+# first appeared at the very start of the sequence (positions 0 and 1,
+# in some runs also 2); every query whose token first appeared at
+# position 3 or later is right more than 98 % of the time, on every
+# period (asserted). Why the first positions are hard is not measured
+# here. The content match extends beyond the training range, but not
+# everywhere: "the model learned the algorithm" is a claim with a range,
+# measured here, not assumed.
 #
 # %% [markdown]
 # ## 8. What attention maps do and do not explain
@@ -591,10 +671,10 @@ assert min(later.values()) > 0.99  # the misses: in the first two queries
 # This page tested it: the claims rest on ablations (section 6), an
 # intervention that changes the output, and on held-out periods the
 # mechanism should handle (section 7), which also found its limit. The
-# maps named candidates; the measurements confirmed them. In larger models, heads share work and
-# back each other up, and a single ablation can show little even for an
-# important head: the evidence has to be gathered the same way, one
-# intervention at a time.
+# maps named candidates; the measurements confirmed them. In larger
+# models, heads share work and back each other up, and a single ablation
+# can show little even for an important head: the evidence has to be
+# gathered the same way, one intervention at a time.
 #
 # ## Summary
 #
@@ -602,11 +682,11 @@ assert min(later.values()) > 0.99  # the misses: in the first two queries
 #   repeats learns, by itself, a **previous-token head** in layer 0 and an
 #   **induction head** in layer 1, found by their scores (asserted above
 #   0.5 and 0.8).
-# - It learns them suddenly: the loss on repeated tokens and the induction
-#   score change at the same moment (the **phase change**).
-# - Ablation shows both heads are necessary, and that the induction head's
-#   pattern is built from the previous-token head's output
-#   (**K-composition**).
+# - It learns them suddenly: within 40 steps the loss on repeated tokens
+#   collapses while both heads' scores climb (the **phase change**).
+# - Ablation shows both ends of the circuit are necessary, and that the
+#   induction head's pattern is built from the output of layer 0, where
+#   the previous-token head writes (**K-composition**).
 # - The circuit works on periods it never saw: it matches content, not
 #   offsets, within a range that the test measures.
 #

@@ -34,6 +34,7 @@
 
 # %%
 import math
+import os
 import time
 
 import matplotlib.pyplot as plt
@@ -43,7 +44,12 @@ from torch import nn
 
 import attention
 
-torch.manual_seed(0)
+# Every random draw of the training below follows from SEED. The tests also
+# run this tutorial with other seeds (ATTENTION_SEED=3 python
+# docs/tutorials/13_encoder_decoder_transformer.py): every claim asserted
+# about a trained model holds for all of them.
+SEED = int(os.environ.get("ATTENTION_SEED", "0"))
+torch.manual_seed(SEED)
 torch.set_printoptions(precision=3, sci_mode=False)
 # Small tensors: one thread is faster than two here (no hand-offs).
 torch.set_num_threads(1)
@@ -158,6 +164,7 @@ print(f"source vocabulary {len(SOURCE)}, target vocabulary {len(TARGET)}")
 # rather than a table.
 
 # %%
+# The same split for every SEED.
 order = torch.randperm(10_000, generator=torch.Generator().manual_seed(0))
 test_numbers, train_numbers = order[:2000].tolist(), order[2000:].tolist()
 train_src, train_tgt = encode(train_numbers)
@@ -172,10 +179,15 @@ assert not set(test_numbers) & set(train_numbers)
 # The pieces, in the order data flows through them:
 #
 # 1. **Embeddings.** Each token becomes a learned vector of width
-#    $E = 32$, multiplied by $\sqrt{E}$ (the paper's choice: it puts the
-#    embeddings, initialised with variance 1 here, on a larger scale than
-#    the sinusoidal positions, whose entries lie in $[-1, 1]$), plus
+#    $E = 32$, multiplied by $\sqrt{E}$, plus
 #    [`attention.sinusoidal_encoding`](../../reference/positional/#attention.positional.sinusoidal_encoding).
+#    The factor is the paper's. The tables are initialised here with
+#    standard deviation $E^{-1/2}$, so with variance $1/E$; only after the
+#    $\times\sqrt{E}$ do their entries have variance 1, comparable with
+#    the sinusoidal positions, whose entries lie in $[-1, 1]$ with a mean
+#    square of exactly $\tfrac{1}{2}$ (each sine is paired with a
+#    cosine). Without the factor, the positions' entries would be
+#    $\sqrt{E / 2} = 4$ times larger than the tokens' (root mean square).
 # 2. **Encoder layers**: self-attention over the source, with a
 #    **padding mask** (short sentences are padded to the longest of the
 #    batch), then a feed-forward block.
@@ -335,7 +347,7 @@ class Transformer(nn.Module):
         return self.decode(tgt_in, memory, padding)
 
 
-torch.manual_seed(0)
+torch.manual_seed(SEED)
 model = Transformer()
 logits, maps = model(test_src[:3], test_tgt[:3, :-1])
 n_params = sum(p.numel() for p in model.parameters())
@@ -402,7 +414,7 @@ def batch(generator, size=BATCH):
     return src, tgt
 
 
-def train(model, steps=STEPS, warmup=WARMUP, seed=0):
+def train(model, steps=STEPS, warmup=WARMUP, seed=SEED):
     """Train with Adam on the schedule above (warmup=0: the peak rate from
     step 1). Returns the training loss per step."""
     peak = noam(WARMUP, model.width)
@@ -450,10 +462,13 @@ last = sum(losses[-20:]) / 20
 print(f"loss over the last 20 steps {last:.3f}; floor H_eps = {floor:.3f}")
 accuracy = teacher_forced_accuracy(model)
 print(f"held-out sentences right, teacher-forced: {accuracy:.3f}")
-assert losses[0] > 2 and last < floor + 0.1  # near the floor
-assert accuracy > 0.97
+# (The ranges quoted in these comments are of seeds 0-4.)
+# Across seeds: first loss 2.67-2.89, last 0.005-0.027 above the floor
+assert losses[0] > 2 and last < floor + 0.1
+# Across seeds: 0.971-0.999 of the held-out sentences right
+assert accuracy > 0.94
 
-# %% caption="Left: the learning rate of the warm-up schedule, rising linearly for 60 steps and then decaying as one over the square root of the step. Right: the training loss (label-smoothed cross-entropy) per step, falling from about 2.7 nats to just above the floor that label smoothing sets (dashed), which it cannot go below."
+# %% caption="Left: the learning rate of the warm-up schedule, rising linearly for 60 steps and then decaying as one over the square root of the step. Right: the training loss (label-smoothed cross-entropy) per step, falling from more than 2 nats to just above the floor that label smoothing sets (dashed), which it cannot go below."
 fig, (ax_lr, ax_loss) = plt.subplots(
     1, 2, figsize=(8.5, 3.2), layout="constrained"
 )
@@ -551,7 +566,8 @@ print(
 )
 for n, d in list(zip(test_numbers, greedy_digits, strict=True))[:4]:
     print(f"  {' '.join(number_words(n)):<42} -> {d}")
-assert greedy_accuracy > 0.97
+# Across seeds: 0.971-0.999 exactly right (seeds 0-4)
+assert greedy_accuracy > 0.94
 
 # %% [markdown]
 # The printed CPU times are of this build's machine, for outputs of at
@@ -659,9 +675,12 @@ for row, score in zip(all_beams[unsure], all_scores[unsure], strict=True):
     print(
         f"  {digits(row):>5}  log p = {score:7.3f}  p = {score.exp():.3f}"
     )
-# Beam search never returns a less likely output than greedy here ...
+# Beam search never returns a less likely output than greedy here (it
+# could: greedy's prefix can drop out of the beam) ...
+# Across seeds: on all 2000 sentences for seeds 0-4
 assert (beam_score >= greedy_score - 1e-5).all()
 # ... and the two mostly agree on a task this regular.
+# Across seeds: 0 to 5 of 2000 differ (seeds 0-4), at most 1 %
 assert changed <= 0.01 * len(test_numbers)
 assert (all_scores.diff(dim=1) <= 1e-6).all()  # beams come best first
 
@@ -750,9 +769,11 @@ print(
     f"best aligned head: layer {best[0]}, head {best[1]},"
     f" {alignment[best]:.3f} of {total} digits"
 )
+# Which head aligns best differs from seed to seed; that one does not.
+# Across seeds: 0.952-0.970 of the digits (seeds 0-4)
 assert alignment[best] > 0.9
 
-# %% caption="Cross-attention weights of the best-aligned head for four held-out numbers: rows are the decoder positions (labelled with the digit each predicts, and </s>), columns the source words, colour from 0 to 1. The row of every digit that comes from a word puts its largest weight on that word; a 0 that no word names reads elsewhere."
+# %% caption="Cross-attention weights of the best-aligned head (the cell above names it) for four held-out numbers, one of each shape: rows are the decoder positions (labelled with the digit each predicts, and </s>), columns the source words, colour from 0 to 1. Over all held-out numbers, this head puts its largest weight on the word a digit comes from for more than 90 % of the digits (asserted above); the cell prints how the digits of these four fare. A 0 that no word names has no word to read."
 kinds = [  # one held-out number of each shape
     lambda n: len(number_words(n)) == 6,  # thousands, hundreds, tens, ones
     lambda n: n >= 1000 and 10 <= n % 100 < 20 and n // 100 % 10 == 0,
@@ -760,11 +781,34 @@ kinds = [  # one held-out number of each shape
     lambda n: 20 <= n < 100 and n % 10,
 ]
 examples = [next(n for n in test_numbers if kind(n)) for kind in kinds]
-for n in examples:  # what the caption says, checked on these four
+# These four in this run, counted and not asserted: another seed, or
+# another processor, trains a model that may miss one of them.
+aligned, exceptions = 0, []
+for n in examples:
     b = test_numbers.index(n)
+    words = number_words(n)
     for j, word in enumerate(source_word(n)):
-        if word is not None:
-            assert looks_at[best[0], b, best[1], j] == word, (n, j)
+        if word is None:
+            continue
+        top = int(looks_at[best[0], b, best[1], j])
+        if top == word:
+            aligned += 1
+        else:
+            exceptions.append(
+                f"digit {j + 1} of {n} reads '{words[top]}',"
+                f" not '{words[word]}'"
+            )
+shown = aligned + len(exceptions)
+print(
+    f"In this run, {'all ' if not exceptions else ''}{aligned}"
+    f"{'' if not exceptions else f' of the {shown}'} digits of these"
+    " four numbers that come from a word put their largest weight on it"
+    + (
+        f" (the exceptions: {'; '.join(exceptions)})."
+        if exceptions
+        else "."
+    )
+)
 fig, axes = plt.subplots(
     1, len(examples), figsize=(10, 3.2), layout="constrained"
 )
@@ -826,7 +870,7 @@ def recent_loss(trace):
 results = {"Pre-LN, warm-up": recent_loss(losses)}  # section 3's run
 start = time.thread_time()
 for pre_norm, warmup in ((True, 0), (False, WARMUP), (False, 0)):
-    torch.manual_seed(0)
+    torch.manual_seed(SEED)
     candidate = Transformer(pre_norm=pre_norm)
     name = ("Pre-LN" if pre_norm else "Post-LN") + (
         ", warm-up" if warmup else ", no warm-up"
@@ -843,14 +887,17 @@ for name, loss in results.items():
 print(
     f"(floor {floor:.3f}; a uniform guess scores ln V = {math.log(V):.3f})"
 )
-assert results["Post-LN, no warm-up"] > 1.5
+# Post-LN at the full rate from step 1 is stuck; the three others train.
+# Across seeds: 1.64-2.35 nats (seeds 0-4)
+assert results["Post-LN, no warm-up"] > 1.2
 for name in ("Pre-LN, warm-up", "Pre-LN, no warm-up", "Post-LN, warm-up"):
+    # Across seeds: 0.56-0.81 nats (seeds 0-4)
     assert results[name] < 1.0, name
 
 # %% [markdown]
 # Three of the four runs are within half a nat of the floor after 100
 # steps (asserted: below 1 nat); Post-LN at the full rate from the first
-# step is stuck far above them (asserted: above 1.5 nats). The warm-up is
+# step is stuck well above them (asserted: above 1.2 nats). The warm-up is
 # what makes the original arrangement trainable; Pre-LN trains without
 # it, which is one reason most models since GPT-2 normalise before each
 # sub-layer. (How close Pre-LN gets without the warm-up in 100 steps
@@ -868,8 +915,9 @@ for name in ("Pre-LN, warm-up", "Pre-LN, no warm-up", "Post-LN, warm-up"):
 #   cross-attention gives exactly the tokens of re-running the whole
 #   prefix; beam search reorders the caches to follow its beams and never
 #   returned a less likely output than greedy.
-# - One cross-attention head aligns each digit with the word it comes
-#   from, measured over the held-out numbers, not read off one picture.
+# - One cross-attention head (which one varies with the seed) aligns more
+#   than 90% of the digits with the word they come from, measured over
+#   the held-out numbers, not read off one picture.
 # - Post-LN needs the warm-up; Pre-LN trains without it.
 #
 # ## References
