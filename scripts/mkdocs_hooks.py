@@ -33,6 +33,7 @@ from mkdocs.structure.files import File, Files
 
 SCRIPTS = str(Path(__file__).resolve().parent)
 sys.path.insert(0, SCRIPTS)  # MkDocs puts it there while it imports a hook, then removes it
+import kernel_state  # noqa: E402  (torch, NumPy, matplotlib: the pages import them anyway)
 import notebooks  # noqa: E402
 
 log = logging.getLogger("mkdocs.hooks.tutorials")
@@ -219,8 +220,6 @@ def on_files(files: Files, config: Any) -> Files:
     )
     _executed.clear()
     _one_thread_beside_the_kernels()
-    import kernel_state  # torch, NumPy, matplotlib: the pages' code imports them anyway
-
     if not _state_taken:  # once per process: `mkdocs serve` rebuilds after blocks ran
         kernel_state.snapshot()  # what each executed block starts from (_from_a_fresh_state)
         _state_taken.append(True)

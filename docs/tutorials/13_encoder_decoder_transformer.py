@@ -465,8 +465,9 @@ print(f"held-out sentences right, teacher-forced: {accuracy:.3f}")
 # (The ranges quoted in these comments are of seeds 0-4.)
 # Across seeds: first loss 2.67-2.89, last 0.005-0.027 above the floor
 assert losses[0] > 2 and last < floor + 0.1
-# Across seeds: 0.971-0.999 of the held-out sentences right
-assert accuracy > 0.94
+# Across seeds: 0.93-1.00 of the held-out sentences right (seeds 0-4,
+# on the native and on ATen's portable kernels)
+assert accuracy > 0.9
 
 # %% caption="Left: the learning rate of the warm-up schedule, rising linearly for 60 steps and then decaying as one over the square root of the step. Right: the training loss (label-smoothed cross-entropy) per step, falling from more than 2 nats to just above the floor that label smoothing sets (dashed), which it cannot go below."
 fig, (ax_lr, ax_loss) = plt.subplots(
@@ -566,8 +567,8 @@ print(
 )
 for n, d in list(zip(test_numbers, greedy_digits, strict=True))[:4]:
     print(f"  {' '.join(number_words(n)):<42} -> {d}")
-# Across seeds: 0.971-0.999 exactly right (seeds 0-4)
-assert greedy_accuracy > 0.94
+# Across seeds: 0.93-1.00 exactly right (seeds 0-4, both kernels)
+assert greedy_accuracy > 0.9
 
 # %% [markdown]
 # The printed CPU times are of this build's machine, for outputs of at
