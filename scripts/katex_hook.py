@@ -161,6 +161,8 @@ class KatexRenderer:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        if process.stdout is not None:
+            process.stdout.close()  # or Python warns of an unclosed file at exit
 
 
 # --- MathML to a readable text form ---------------------------------------------------

@@ -143,6 +143,9 @@ class Kernel:
         if self.manager is None:
             # The kernel inherits this environment: pin the backend (module docstring).
             env = {**os.environ, "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+            # A reader's kernel shows the warnings Jupyter shows, not the build's choice
+            # (the test build sets PYTHONWARNINGS to catch warnings in its own log).
+            env.pop("PYTHONWARNINGS", None)
             if self.threads is not None:
                 env["OMP_NUM_THREADS"] = str(self.threads)
             # Local sockets in a private folder instead of TCP on localhost: nothing

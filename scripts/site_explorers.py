@@ -84,6 +84,8 @@ def sdpa_explorer() -> None:
     V = torch.tensor(s["values"], dtype=torch.float64)
     weights = attention.attention_weights(q, K)[0]  # scale 1/sqrt(2)
     out = attention.scaled_dot_product_attention(q, K, V)[0]
+    # matplotlib gets arrays: a tensor there warns under NumPy 2 (__array_wrap__).
+    q, K, V, weights, out = (t.numpy() for t in (q, K, V, weights, out))
     fig, (left, right, bars) = plt.subplots(1, 3, figsize=(9.5, 3.2), layout="constrained")
     for ax, title in ((left, "query and keys"), (right, "values and output")):
         ax.set(xlim=(-3, 3), ylim=(-3, 3), aspect="equal", title=title)

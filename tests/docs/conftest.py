@@ -42,6 +42,9 @@ def built_site() -> Path:
     # Headless CI often sets this; a kernel that inherited it once drew no figure at all.
     # Building with it set proves the build chooses the tutorials' backend itself.
     env["MPLBACKEND"] = "Agg"
+    # Every warning the build's code raises, once per place, in the log (Python hides
+    # DeprecationWarnings outside __main__): test_site fails on any.
+    env["PYTHONWARNINGS"] = "default"
     # The Pages workflow passes the real repository; the tests need one to check the
     # repository, "edit this page" and Colab links against.
     env.setdefault("REPO_URL", "https://github.com/example/attention-by-running")

@@ -618,10 +618,18 @@ def test_head_view_of_the_trained_model(page, site_url: str) -> None:
     assert Path(png_download.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_head_view_saved_by_the_package_opens_offline(browser, tmp_path: Path) -> None:
-    """`HeadView.save` writes a page that works from the disk, with no network."""
+@pytest.mark.parametrize(
+    "tokens",
+    [list("abcde"), ["<!--<script>", "</script>", "<!--", "]]>", "a & b"]],
+    ids=["plain", "hostile-labels"],
+)
+def test_head_view_saved_by_the_package_opens_offline(
+    browser, tmp_path: Path, tokens: list[str]
+) -> None:
+    """`HeadView.save` writes a page that works from the disk, with no network, whatever
+    the labels hold: a label such as "<!--<script>" must not change how the page parses."""
     weights = torch.softmax(torch.randn(2, 2, 5, 5, generator=torch.Generator().manual_seed(1)), -1)
-    head_view = attention.HeadView(weights, list("abcde"))
+    head_view = attention.HeadView(weights, tokens)
     path = head_view.save(tmp_path / "heads.html")
     context = browser.new_context()
     context.route(lambda url: not url.startswith("file:"), lambda route: route.abort())
@@ -633,6 +641,8 @@ def test_head_view_saved_by_the_package_opens_offline(browser, tmp_path: Path) -
         view = page.locator(".head-view")
         view.locator(".head-view-pane").first.wait_for()
         _check_head_view(page, view, head_view.data)
+        labels = view.locator(".head-view-pane").first.locator(".head-view-token.query")
+        assert labels.all_text_contents() == tokens
         assert not errors, errors
     finally:
         context.close()
