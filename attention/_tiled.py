@@ -225,13 +225,8 @@ def tiled_attention(
     query, key, value = (t.to(compute_dtype) for t in (query, key, value))
     if attn_mask is not None and attn_mask.dtype != torch.bool:
         attn_mask = attn_mask.to(compute_dtype)
-    if enable_gqa and key.shape[-3] != value.shape[-3]:
-        # PyTorch allows different key and value head counts; one grouping must serve
-        # both, so the one with fewer heads is repeated to the other's count (a copy).
-        heads = max(key.shape[-3], value.shape[-3])
-        key = key.repeat_interleave(heads // key.shape[-3], dim=-3)
-        value = value.repeat_interleave(heads // value.shape[-3], dim=-3)
     if enable_gqa:
+        key, value = share_heads(key, value)
         Hkv = key.shape[-3]
         group = query.shape[-3] // Hkv
         query = query.unflatten(-3, (Hkv, group))  # type: ignore[no-untyped-call]  # (..., Hkv, G, L, D)
@@ -246,6 +241,24 @@ def tiled_attention(
     if enable_gqa:
         out = out.flatten(-4, -3)  # (..., Hkv, G, L, Dv) -> (..., H, L, Dv)
     return out.to(dtype)  # type: ignore[no-any-return]
+
+
+def share_heads(key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+    """Key and value heads ``(..., Hk, S, ·)``, ``(..., Hv, S, ·)`` on one grouping.
+
+    PyTorch lets ``Hk`` and ``Hv`` differ (each dividing ``H``): query head ``h`` reads
+    key head ``h // (H / Hk)`` and value head ``h // (H / Hv)``. One grouping serves
+    both with ``lcm(Hk, Hv)`` heads (it divides ``H``), each key head repeated
+    ``lcm / Hk`` times and each value head ``lcm / Hv`` times: a copy, made only where
+    the counts differ. (``h // (H / lcm) // (lcm / Hk) == h // (H / Hk)``.)
+    """
+    Hk, Hv = key.shape[-3], value.shape[-3]
+    if Hk == Hv:
+        return key, value
+    heads = math.lcm(Hk, Hv)
+    key = key.repeat_interleave(heads // Hk, dim=-3)  # (..., lcm, S, D)
+    value = value.repeat_interleave(heads // Hv, dim=-3)  # (..., lcm, S, Dv)
+    return key, value
 
 
 def _group_heads(mask: Tensor | None, Hkv: int, group: int) -> Tensor | None:
@@ -271,7 +284,8 @@ class _TiledAttention(torch.autograd.Function):
     the gradient is computed by dense attention with the same mask instead: exact, and
     differentiable, at the dense ``L x S`` memory cost. So are the ``torch.func``
     transforms (``vmap``, ``grad``, ``jacrev``), which run the backward on batched
-    tensors the in-place tile updates cannot take.
+    tensors the in-place tile updates cannot take. Forward mode (``torch.func.jvp``,
+    ``jacfwd``, ``hessian``) has a dense rule too: `_dense_jvp`.
     """
 
     generate_vmap_rule = False  # vmap is below: the loop already takes any batch axes
@@ -293,6 +307,7 @@ class _TiledAttention(torch.autograd.Function):
         out, lse = output
         ctx.mark_non_differentiable(lse)
         ctx.save_for_backward(query, key, value, attn_mask, out, lse)
+        ctx.save_for_forward(query, key, value, attn_mask)
         ctx.schedule, ctx.scale = schedule, scale
 
     @staticmethod
@@ -315,6 +330,28 @@ class _TiledAttention(torch.autograd.Function):
                 mask_needs_grad,
             )
         return (*grads, None, None)
+
+    @staticmethod
+    def jvp(
+        ctx: Any,
+        tangent_query: Tensor | None,
+        tangent_key: Tensor | None,
+        tangent_value: Tensor | None,
+        tangent_mask: Tensor | None,
+        _schedule: None,
+        _scale: None,
+    ) -> tuple[Tensor, None]:
+        # Forward mode (torch.func.jvp, jacfwd, hessian): dense, like the backward above.
+        query, key, value, attn_mask = ctx.saved_tensors
+        return _dense_jvp(
+            query,
+            key,
+            value,
+            attn_mask,
+            (tangent_query, tangent_key, tangent_value, tangent_mask),
+            ctx.schedule,
+            ctx.scale,
+        ), None
 
     @staticmethod
     def vmap(
@@ -398,6 +435,46 @@ def _dense_backward(
         (p.transpose(-2, -1) @ grad_out).sum_to_size(value.shape) if needs[2] else None,
         grad_s.sum_to_size(attn_mask.shape) if needs[3] and attn_mask is not None else None,
     )
+
+
+def _dense_jvp(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None,
+    tangents: tuple[Tensor | None, ...],
+    schedule: Schedule,
+    scale: float,
+) -> Tensor:
+    r"""The output's tangent, given the inputs' (``None``: zero), on the whole ``L x S`` matrix.
+
+    With $Z = s\,QK^\top + M$, $P = \operatorname{softmax}(Z)$ and $O = PV$:
+    $\dot Z = s(\dot Q K^\top + Q \dot K^\top) + \dot M$,
+    $\dot P = P \odot (\dot Z - \operatorname{rowsum}(P \odot \dot Z))$ and
+    $\dot O = \dot P V + P \dot V$. Ordinary tensor operations, so ``vmap`` batches them.
+    """
+    from attention.functional import masked_softmax  # functional imports this module
+
+    d_query, d_key, d_value, d_mask = tangents
+    scores = (query @ key.transpose(-2, -1)) * scale  # (..., L, S)
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    elif attn_mask is not None:
+        scores = scores + attn_mask
+    keep = dense_mask(schedule, scores.device)
+    p = masked_softmax(scores.masked_fill(~keep, float("-inf")))  # (..., L, S)
+    d_scores = torch.zeros_like(p)
+    if d_query is not None:
+        d_scores = d_scores + (d_query @ key.transpose(-2, -1)) * scale
+    if d_key is not None:
+        d_scores = d_scores + (query @ d_key.transpose(-2, -1)) * scale
+    if d_mask is not None:
+        d_scores = d_scores + d_mask
+    d_p = p * (d_scores - (p * d_scores).sum(dim=-1, keepdim=True))  # (..., L, S)
+    d_out = d_p @ value  # (..., L, Dv)
+    if d_value is not None:
+        d_out = d_out + p @ d_value
+    return d_out
 
 
 def _block_scores(

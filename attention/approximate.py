@@ -47,6 +47,7 @@ import torch
 from torch import Tensor
 
 from attention._checks import (
+    broadcast,
     check_flag,
     check_query_key,
     check_same_dtype_and_device,
@@ -106,7 +107,8 @@ def linformer_attention(
     Raises:
         TypeError: If an input is not a floating-point tensor or the dtypes differ.
         ValueError: If shapes are inconsistent: a projection must have ``S`` columns
-            and at least one row.
+            and at least one row, both projections the same number of rows, and the
+            leading dimensions of the inputs and projections must broadcast.
 
     Examples:
         With the identity as projection it is softmax attention; halving the keys by
@@ -131,6 +133,21 @@ def linformer_attention(
     f = e
     if value_projection is not None:
         f = _check_projection("value_projection", value_projection, query, S)
+        if f.shape[-2] != e.shape[-2]:
+            raise ValueError(
+                "projection and value_projection must have the same number of rows r (one "
+                f"projected value per projected key); got projection {shape_str(e)}, "
+                f"value_projection {shape_str(f)}"
+            )
+    inputs = {"query": query, "key": key, "value": value, "projection": e}
+    if value_projection is not None:
+        inputs["value_projection"] = f
+    if not broadcast(*(t.shape[:-2] for t in inputs.values())):
+        shapes = ", ".join(f"{name} {shape_str(t)}" for name, t in inputs.items())
+        raise ValueError(
+            "query, key, value and the projections must have leading dimensions that "
+            f"broadcast ((..., L, D), (..., S, D), (..., S, Dv), (..., r, S)); got {shapes}"
+        )
     scale = default_scale(query, check_scale(scale))
     dtype = working_dtype(query.dtype)
     q, k, v = query.to(dtype), key.to(dtype), value.to(dtype)
@@ -178,7 +195,8 @@ def random_features(
         Tensor of shape ``(D_phi, D)``.
 
     Raises:
-        TypeError: If a size is not an int or ``orthogonal`` is not a bool.
+        TypeError: If a size is not an int, ``orthogonal`` is not a bool, or ``dtype``
+            is not a floating-point ``torch.dtype``.
         ValueError: If a size is below 1.
 
     Examples:
@@ -194,6 +212,12 @@ def random_features(
     M = check_size("num_features", num_features, minimum=1)
     D = check_size("head_size", head_size, minimum=1)
     check_flag("orthogonal", orthogonal)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        # An integer dtype would truncate the Gaussian draws, bool make them all True.
+        raise TypeError(
+            "dtype must be a floating-point torch.dtype (torch.float16, torch.bfloat16, "
+            f"torch.float32, torch.float64); got {dtype!r}"
+        )
     gaussian = torch.randn(M, D, generator=generator, dtype=torch.float64)
     if orthogonal:
         blocks = -(-M // D)  # ceil(M / D) blocks of D directions
@@ -219,7 +243,9 @@ def performer_attention(
 ) -> Tensor:
     r"""Performer attention (FAVOR+): softmax attention estimated with random features.
 
-    With $x = \sqrt{\mathrm{scale}}\;q$ and $y = \sqrt{\mathrm{scale}}\;k$, and the
+    With $x = \sqrt{\mathrm{scale}}\;q$ and $y = \sqrt{\mathrm{scale}}\;k$ (for a
+    negative scale, as PyTorch allows, $x = -\sqrt{|\mathrm{scale}|}\;q$ and
+    $y = \sqrt{|\mathrm{scale}|}\;k$: still $x^\top y = \mathrm{scale}\;q^\top k$), and the
     rows $w_1, \dots, w_{D_\phi}$ of ``projection`` drawn from $\mathcal{N}(0, I_D)$,
 
     $$
@@ -279,9 +305,11 @@ def performer_attention(
     projection = _check_features_projection(projection, query)
     scale = default_scale(query, check_scale(scale))
     dtype = working_dtype(query.dtype)
-    root = math.sqrt(scale)
+    # scale q.k = (sign * root * q).(root * k): a negative scale negates the query side.
+    root = math.sqrt(abs(scale))
+    sign = -1.0 if scale < 0 else 1.0
     w = projection.to(dtype)
-    log_q = _log_features(root * query.to(dtype), w)  # (..., L, num_features)
+    log_q = _log_features(sign * root * query.to(dtype), w)  # (..., L, num_features)
     log_k = _log_features(root * key.to(dtype), w)  # (..., S, num_features)
     phi_q = torch.exp(log_q - log_q.amax(dim=-1, keepdim=True))  # one factor per query
     key_max = log_k.amax(dim=(-2, -1), keepdim=True) if key.shape[-2] else 0.0

@@ -35,7 +35,11 @@ $r$ and $2W - 1 - r$: every rank then does the same work. Use
 [`gather_sequence`][attention.distributed.gather_sequence] to put it back together.
 
 Every function here must be called by all ranks of the process group, with shards of
-the same shape. Collectives wait at most the process group's ``timeout``
+the same shape and the same arguments. Each attention call first checks that with one
+all-gather of 96 bytes (the function, shapes, dtypes, whether a padding mask is given,
+flags, scale, layout): where the ranks differ, or one rank refuses its arguments, every
+rank raises a ``ValueError`` saying what differs on which ranks, instead of aborting or
+waiting in a later transfer. Collectives wait at most the process group's ``timeout``
 (`torch.distributed.init_process_group`); [`run_on_ranks`][attention.distributed.run_on_ranks]
 starts a group on this machine and fails cleanly when one rank fails or hangs.
 
@@ -58,6 +62,7 @@ import datetime
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -82,7 +87,14 @@ from attention._checks import (
     check_value,
     shape_str,
 )
-from attention._tiled import Band, make_schedule, merge_partials, tiled_backward, tiled_forward
+from attention._tiled import (
+    Band,
+    make_schedule,
+    merge_partials,
+    share_heads,
+    tiled_backward,
+    tiled_forward,
+)
 from attention.functional import default_scale, working_dtype
 
 __all__ = [
@@ -259,7 +271,8 @@ class Traffic:
 
     Args:
         sent: Bytes sent, by operation (``"send/recv"``, ``"all_gather"``,
-            ``"reduce_scatter"``, ``"all_to_all"``, ``"shape check"``).
+            ``"reduce_scatter"``, ``"all_to_all"``, ``"shape check"``: the ranks'
+            agreement on the call, 96 bytes).
         received: Bytes received, by operation.
 
     Examples:
@@ -696,7 +709,9 @@ def ring_attention(
     Raises:
         TypeError: As `flash_attention`, or if ``key_padding_mask`` is not bool.
         ValueError: As `flash_attention`; if the shard's query and key lengths differ,
-            the lengths differ between ranks, or a chunk would be uneven.
+            a chunk would be uneven, or the ranks' calls differ (shapes, dtypes, a
+            padding mask on some ranks only, flags, scale, layout, or another function)
+            or another rank refused its arguments: then every rank raises.
 
     Examples:
         On one rank in this process (the sequence "split" in one shard), the result
@@ -715,7 +730,16 @@ def ring_attention(
         >>> dist.destroy_process_group()
     """
     q, k, v, mask, spec = _prepare(
-        query, key, value, is_causal, key_padding_mask, scale, enable_gqa, layout, group
+        "ring_attention",
+        query,
+        key,
+        value,
+        is_causal,
+        key_padding_mask,
+        scale,
+        enable_gqa,
+        layout,
+        group,
     )
     q, k, v, mask = _group_heads(q, k, v, mask, enable_gqa)
     out = _apply(_RingAttention, q, k, v, mask, spec, layout, group)
@@ -776,7 +800,16 @@ def all_gather_attention(
         >>> dist.destroy_process_group()
     """
     q, k, v, mask, spec = _prepare(
-        query, key, value, is_causal, key_padding_mask, scale, enable_gqa, layout, group
+        "all_gather_attention",
+        query,
+        key,
+        value,
+        is_causal,
+        key_padding_mask,
+        scale,
+        enable_gqa,
+        layout,
+        group,
     )
     world = dist.get_world_size(group)
     k_all, v_all = _apply(_AllGather, k, group), _apply(_AllGather, v, group)
@@ -824,7 +857,7 @@ def ulysses_attention(
 
     Raises:
         TypeError: As `ring_attention`.
-        ValueError: As `ring_attention`, or if ``H`` (or ``Hkv`` with ``enable_gqa``)
+        ValueError: As `ring_attention`, or if the number of query, key or value heads
             is not divisible by the number of ranks.
 
     Examples:
@@ -843,18 +876,19 @@ def ulysses_attention(
         True
         >>> dist.destroy_process_group()
     """
-    world = dist.get_world_size(group)
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        if isinstance(t, Tensor) and t.ndim == 4 and t.shape[1] % world:
-            raise ValueError(
-                f"ulysses_attention splits the heads across ranks: the number of {name} "
-                f"heads must be divisible by the number of ranks ({world}); got {name} "
-                f"{shape_str(t)} with {t.shape[1]} heads. Use ring_attention or "
-                "all_gather_attention for this model"
-            )
     q, k, v, mask, spec = _prepare(
-        query, key, value, is_causal, key_padding_mask, scale, enable_gqa, layout, group
+        "ulysses_attention",
+        query,
+        key,
+        value,
+        is_causal,
+        key_padding_mask,
+        scale,
+        enable_gqa,
+        layout,
+        group,
     )
+    world = dist.get_world_size(group)
     q_h, k_h, v_h = (_apply(_SequenceToHeads, t, group) for t in (q, k, v))  # (B, H/W, N, ·)
     mask_all = None if mask is None else _gather_keys_mask(mask, group)
     q_h, k_h, v_h, mask_all = _group_heads(q_h, k_h, v_h, mask_all, enable_gqa)
@@ -883,6 +917,7 @@ def _gather_keys_mask(mask: Tensor, group: dist.ProcessGroup | None) -> Tensor:
 
 
 def _prepare(
+    strategy: str,
     query: Tensor,
     key: Tensor,
     value: Tensor,
@@ -893,12 +928,70 @@ def _prepare(
     layout: Layout,
     group: dist.ProcessGroup | None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None, _Blocks]:
-    """Validate, agree with the other ranks on the shape, and lay out heads for the loop.
+    """Validate, agree with the other ranks on the call, and lay out heads for the loop.
 
-    Returns q, k, v in the working dtype, viewed ``(B, Hkv, G, n, D)`` and
-    ``(B, Hkv, 1, n, ·)`` with ``enable_gqa``; the padding mask as a keep-mask that
+    Returns q, k, v in the working dtype; the padding mask as a keep-mask that
     broadcasts over heads and queries; and where this rank's chunks lie.
     """
+    world = dist.get_world_size(group)
+    problem, effective_scale = None, 0.0
+    try:
+        effective_scale = _check_call(
+            strategy,
+            world,
+            query,
+            key,
+            value,
+            is_causal,
+            key_padding_mask,
+            scale,
+            enable_gqa,
+            layout,
+        )
+    except (TypeError, ValueError) as error:
+        problem = error  # raised after the agreement, which the other ranks wait for
+    call = _Call.of(
+        strategy,
+        problem is None,
+        query,
+        key,
+        value,
+        key_padding_mask,
+        is_causal,
+        enable_gqa,
+        layout,
+        effective_scale,
+    )
+    _check_same_call_everywhere(strategy, call, query, group)
+    if problem is not None:
+        raise problem
+    n = query.shape[-2]
+    mask = None if key_padding_mask is None else (~key_padding_mask)[:, None, None, :]
+    parts = len(chunk_ids(0, world, layout))
+    spec = _Blocks(
+        causal=is_causal,
+        scale=effective_scale,
+        query_chunks=chunk_ids(dist.get_rank(group), world, layout),
+        chunk=n // parts,
+    )
+    dtype = working_dtype(query.dtype)
+    q, k, v = (t.to(dtype) for t in (query, key, value))
+    return q, k, v, mask, spec  # mask: keep-mask (B, 1, 1, n)
+
+
+def _check_call(
+    strategy: str,
+    world: int,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    is_causal: bool,
+    key_padding_mask: Tensor | None,
+    scale: float | None,
+    enable_gqa: bool,
+    layout: Layout,
+) -> float:
+    """What this rank alone can check of its arguments; returns the scale to apply."""
     check_flag("is_causal", is_causal)
     _check_layout(layout)
     query, key = check_query_key(query, key, enable_gqa)
@@ -915,7 +1008,6 @@ def _prepare(
             f"key {shape_str(key)}"
         )
     B, n = query.shape[0], query.shape[-2]
-    mask = None
     if key_padding_mask is not None:
         if not isinstance(key_padding_mask, Tensor) or key_padding_mask.dtype != torch.bool:
             raise TypeError(
@@ -927,24 +1019,22 @@ def _prepare(
                 f"key_padding_mask must be (B, n / W) = ({B}, {n}), this rank's keys; got "
                 f"{shape_str(key_padding_mask)}"
             )
-        mask = (~key_padding_mask)[:, None, None, :]  # keep-mask (B, 1, 1, n)
-    world = dist.get_world_size(group)
-    _check_same_shape_everywhere(query, key, value, group)
     parts = len(chunk_ids(0, world, layout))
     if n % parts:
         raise ValueError(
             f"with layout {layout!r} each rank holds {parts} chunks: the length on each rank "
             f"must be divisible by {parts}; got query {shape_str(query)}"
         )
-    spec = _Blocks(
-        causal=is_causal,
-        scale=default_scale(query, check_scale(scale)),
-        query_chunks=chunk_ids(dist.get_rank(group), world, layout),
-        chunk=n // parts,
-    )
-    dtype = working_dtype(query.dtype)
-    q, k, v = (t.to(dtype) for t in (query, key, value))
-    return q, k, v, mask, spec
+    if strategy == "ulysses_attention":
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            if t.shape[1] % world:
+                raise ValueError(
+                    f"ulysses_attention splits the heads across ranks: the number of {name} "
+                    f"heads must be divisible by the number of ranks ({world}); got {name} "
+                    f"{shape_str(t)} with {t.shape[1]} heads. Use ring_attention or "
+                    "all_gather_attention for this model"
+                )
+    return default_scale(query, check_scale(scale))
 
 
 def _group_heads(
@@ -957,6 +1047,7 @@ def _group_heads(
     """
     if not enable_gqa:
         return q, k, v, mask
+    k, v = share_heads(k, v)  # key and value head counts may differ, as in PyTorch
     Hkv = k.shape[1]
     q = q.unflatten(1, (Hkv, q.shape[1] // Hkv))  # type: ignore[no-untyped-call]  # (B, Hkv, G, n, D)
     return q, k.unsqueeze(2), v.unsqueeze(2), None if mask is None else mask.unsqueeze(2)
@@ -968,26 +1059,151 @@ def _finish(out: Tensor, query: Tensor, enable_gqa: bool) -> Tensor:
     return out.to(query.dtype)
 
 
-def _check_same_shape_everywhere(
-    query: Tensor, key: Tensor, value: Tensor, group: dist.ProcessGroup | None
+_STRATEGIES = ("ring_attention", "all_gather_attention", "ulysses_attention")
+_DTYPES = tuple(sorted({t for t in vars(torch).values() if isinstance(t, torch.dtype)}, key=str))
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What every rank's call must agree on, as 24 int32 (96 bytes) to all-gather.
+
+    Fields: the function; whether this rank's arguments passed its own checks; the
+    shapes of query, key and value (4 each); their dtypes; whether a key padding mask
+    was given; ``is_causal``; ``enable_gqa``; the layout; the scale applied (a float64
+    as two int32); whether autograd records the call for a backward pass (which is
+    collective too). With a valid call the padding mask's shape and dtype follow from
+    the query's; the process group is the one the collective runs in.
+    """
+
+    fields: tuple[int, ...]
+
+    @classmethod
+    def of(
+        cls,
+        strategy: str,
+        valid: bool,
+        query: object,
+        key: object,
+        value: object,
+        key_padding_mask: object,
+        is_causal: object,
+        enable_gqa: object,
+        layout: object,
+        scale: float,
+    ) -> _Call:
+        tensors = (query, key, value)
+        shapes = [_shape_fields(t) for t in tensors]
+        dtypes = [_DTYPES.index(t.dtype) if isinstance(t, Tensor) else -1 for t in tensors]
+        high, low = struct.unpack("<ii", struct.pack("<d", scale))
+        graph = torch.is_grad_enabled() and any(
+            isinstance(t, Tensor) and t.requires_grad for t in tensors
+        )
+        return cls(
+            (
+                _STRATEGIES.index(strategy),
+                int(valid),
+                *(size for shape in shapes for size in shape),
+                *dtypes,
+                int(key_padding_mask is not None),
+                int(is_causal is True),
+                int(enable_gqa is True),
+                LAYOUTS.index(layout) if layout in LAYOUTS else -1,
+                high,
+                low,
+                int(graph),
+            )
+        )
+
+    @property
+    def valid(self) -> bool:
+        return bool(self.fields[1])
+
+    def described(self) -> dict[str, str]:
+        """The agreed arguments, by name, as the error message shows them."""
+        f = self.fields
+        shapes = [f[i : i + 4] for i in (2, 6, 10)]
+        names = ("query", "key", "value")
+        (scale,) = struct.unpack("<d", struct.pack("<ii", f[21], f[22]))
+        return {
+            "function": _STRATEGIES[f[0]],
+            "shapes": ", ".join(
+                f"{n} {tuple(shape)}" for n, shape in zip(names, shapes, strict=True)
+            ),
+            "dtypes": ", ".join(f"{n} {_DTYPES[d]}" for n, d in zip(names, f[14:17], strict=True)),
+            "key_padding_mask": "given" if f[17] else "None",
+            "is_causal": str(bool(f[18])),
+            "enable_gqa": str(bool(f[19])),
+            "layout": repr(LAYOUTS[f[20]]),
+            "scale": repr(scale),
+            "autograd": "records the graph for backward"
+            if f[23]
+            else "no graph (grad mode off, or no input requires grad)",
+        }
+
+
+def _shape_fields(t: object) -> tuple[int, ...]:
+    """A 4-D tensor's shape, each size capped to an int32 (no shard comes near 2**31)."""
+    if not isinstance(t, Tensor) or t.ndim != 4:
+        return (-1,) * 4
+    return tuple(min(size, 2**31 - 1) for size in t.shape)
+
+
+def _check_same_call_everywhere(
+    strategy: str, call: _Call, query: object, group: dist.ProcessGroup | None
 ) -> None:
-    """Compare shapes across ranks first: mismatched transfers would fail or hang later."""
-    # On the tensors' device: NCCL moves only GPU tensors.
-    sizes = [*query.shape, *key.shape, *value.shape]
-    mine = torch.tensor(sizes, dtype=torch.long, device=query.device)
+    """Every rank's call agrees with every other's: checked before any other collective.
+
+    Transfers whose shapes or dtypes differ between ranks abort inside the backend or
+    wait forever; so would one rank's error, raised while the others wait. One small
+    all-gather instead, and then every rank raises the same error.
+    """
+    mine = torch.tensor(call.fields, dtype=torch.int32, device=_check_device(query, group))
     every = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
     dist.all_gather(every, mine, group=group)
     _record("shape check", sent=_bytes(mine), received=_bytes(mine) * (len(every) - 1))
-    shapes = {tuple(t.tolist()) for t in every}
-    if len(shapes) > 1:
-        listed = "; ".join(
-            f"rank {r}: query {tuple(t[:4].tolist())}, key {tuple(t[4:8].tolist())}"
-            for r, t in enumerate(every)
-        )
+    calls = [_Call(tuple(t.tolist())) for t in every]
+    refused = [rank for rank, c in enumerate(calls) if not c.valid]
+    if refused:
+        if not call.valid:
+            return  # this rank raises its own error, which says why
         raise ValueError(
-            "every rank must hold a shard of the same shape (split the sequence evenly, "
-            f"e.g. with shard_sequence); got {listed}"
+            f"{strategy} could not run: its arguments were refused on {_ranks(refused)} "
+            "(the error raised there says why); every rank stops here instead of waiting"
         )
+    described = [c.described() for c in calls]
+    differences = []
+    for name in described[0]:
+        values: dict[str, list[int]] = {}
+        for rank, d in enumerate(described):
+            values.setdefault(d[name], []).append(rank)
+        if len(values) > 1:
+            listed = "; ".join(f"{_ranks(ranks)}: {value}" for value, ranks in values.items())
+            differences.append(f"{name} ({listed})")
+    if differences:
+        raise ValueError(
+            "sequence-parallel attention needs the same call on every rank: the same "
+            "function, shards of one shape (split the sequence evenly, e.g. with "
+            "shard_sequence), the same dtypes, a key_padding_mask on every rank or on none, "
+            "and the same flags, scale and layout; the ranks differ in "
+            + ", and in ".join(differences)
+        )
+
+
+def _ranks(ranks: list[int]) -> str:
+    """``rank 1`` or ``ranks 0, 2``."""
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+
+
+def _check_device(query: object, group: dist.ProcessGroup | None) -> torch.device:
+    """Where the agreement's tensor lives: the query's device (NCCL moves only GPU tensors).
+
+    Where this rank's query is no tensor, the device the backend takes.
+    """
+    if isinstance(query, Tensor):
+        return query.device
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 # ---------------------------------------------------------------------------------------

@@ -99,9 +99,10 @@ def flash_attention(
     gives the same result; a query block in which a term then overflows is redone),
     which saves two of the four passes over each tile (the row maximum and the
     subtraction) and the rescaling of the running sums.
-    A second derivative (``create_graph=True``, ``torch.autograd.functional.hessian``)
-    and the ``torch.func`` transforms (``vmap``, ``grad``, ``jacrev``) are exact too:
-    their backward runs on the dense ``(L, S)`` matrix, with its memory.
+    A second derivative (``create_graph=True``, ``torch.autograd.functional.hessian``),
+    the ``torch.func`` transforms (``vmap``, ``grad``, ``jacrev``) and forward-mode
+    differentiation (``torch.func.jvp``, ``jacfwd``, ``hessian``) are exact too: they
+    run on the dense ``(L, S)`` matrix, with its memory.
 
     Same arguments and results as
     [`scaled_dot_product_attention`][attention.functional.scaled_dot_product_attention]
@@ -121,7 +122,8 @@ def flash_attention(
             PyTorch. Cannot be combined with ``attn_mask``.
         scale: Factor applied to $QK^\top$; defaults to $1/\sqrt{D}$.
         enable_gqa: Grouped-query attention: each of the ``Hkv`` key/value heads
-            serves ``H / Hkv`` consecutive query heads.
+            serves ``H / Hkv`` consecutive query heads. As in PyTorch, key and value
+            may have different head counts, each dividing ``H``.
         block_q: Queries per block. The default, 256 (for both), was among the
             fastest sizes tried on a 2-core CPU at $L = S = 1024$ and $2048$.
         block_k: Keys per block.

@@ -626,9 +626,7 @@ class HeadView:
         here = files("attention")
         script = (here / "head_view.js").read_text(encoding="utf-8")
         style = (here / "head_view.css").read_text(encoding="utf-8")
-        # "</" cannot end the <script> element it sits in once escaped.
-        data = json.dumps(self.data).replace("</", "<\\/")
-        return script, style, data
+        return script, style, _script_json(self.data)
 
     def _inline_view(self, element_id: str) -> str:
         script, style, data = self._parts()
@@ -670,6 +668,21 @@ class HeadView:
             encoding="utf-8",
         )
         return path
+
+
+# Characters that could let data change how the page around a <script> parses: "<" opens
+# "</script>", "<!--" and "<script" (the last two move the HTML parser into its
+# double-escaped state, where the real "</script>" no longer closes the element); ">" and
+# "&" for good measure. Inside JSON strings these escapes read back as the same
+# characters, in JSON and in JavaScript alike.
+_SCRIPT_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
+def _script_json(data: object) -> str:
+    """``data`` as JSON that is safe to place inside an HTML ``<script>`` element."""
+    # ensure_ascii escapes every non-ASCII character, U+2028 and U+2029 (line ends in
+    # older JavaScript) among them.
+    return json.dumps(data, ensure_ascii=True).translate(_SCRIPT_ESCAPES)
 
 
 def _as_array(

@@ -197,3 +197,77 @@ def fail_on_rank_one() -> None:
 
 def sleep_forever() -> None:
     time.sleep(600)
+
+
+def disagreements() -> dict[str, str]:
+    """The message each call raises on this rank when the ranks disagree about it.
+
+    Each call is valid on every rank by itself, but the ranks pass different arguments
+    (or one rank's are invalid): every rank must raise at once, and none may hang or
+    abort inside a collective.
+    """
+    rank = dist.get_rank()
+    q = torch.randn(1, 4, 8, 8)
+    pad = torch.zeros(1, 8, dtype=torch.bool)
+    wide = torch.randn(1, 4, 8, 8, dtype=torch.float64)
+    calls: dict[str, Any] = {}
+    for name, attend in STRATEGIES.items():
+        calls[f"{name}-mask"] = lambda f=attend: f(q, q, q, key_padding_mask=pad if rank else None)
+        calls[f"{name}-dtype"] = lambda f=attend: f(*((wide,) * 3 if rank else (q,) * 3))
+    calls |= {
+        "is_causal": lambda: ring_attention(q, q, q, is_causal=rank == 0),
+        "scale": lambda: all_gather_attention(q, q, q, scale=0.5 if rank else None),
+        "layout": lambda: ulysses_attention(q, q, q, layout="zigzag" if rank else "contiguous"),
+        "strategy": lambda: (ulysses_attention if rank else ring_attention)(q, q, q),
+        "enable_gqa": lambda: ring_attention(q, q, q, enable_gqa=rank == 0),
+        "grad": lambda: ring_attention(torch.randn(1, 4, 8, 8).requires_grad_(rank == 0), q, q),
+        "heads": lambda: ulysses_attention(*(torch.randn(1, 4 - 2 * rank, 8, 8),) * 3),
+        "invalid_on_rank_1": lambda: ring_attention(
+            q, q, q, key_padding_mask=torch.zeros(1, 8) if rank else None
+        ),
+        "ulysses_heads_on_rank_1": lambda: ulysses_attention(
+            *(torch.randn(1, 4 - rank, 8, 8),) * 3
+        ),
+    }
+    messages = {}
+    for name, call in calls.items():
+        try:
+            call()
+        except (TypeError, ValueError) as error:
+            messages[name] = f"{type(error).__name__}: {error}"
+        else:
+            messages[name] = "no error"
+    dist.barrier()  # every rank got here: nobody is stuck in a collective
+    return messages
+
+
+def grouped_heads_that_do_not_divide() -> dict[str, float]:
+    """Each strategy with H = 12 query heads, 4 key heads and 6 value heads (each head
+    count divides H, and is even for Ulysses on 2 ranks, but 4 and 6 do not divide each
+    other), causal, zigzag, float64: rank 0's largest differences from PyTorch."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    gen = torch.Generator().manual_seed(0)
+    N = 16
+    full = [
+        torch.randn(1, heads, N, size, generator=gen, dtype=torch.float64)
+        for heads, size in ((12, 8), (4, 8), (6, 5), (12, 5))
+    ]
+    q, k, v, grad = (t.clone().requires_grad_() for t in full)
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    expected.backward(grad)
+    differences = {}
+    for name, attend in STRATEGIES.items():
+        q_r, k_r, v_r, grad_r = (
+            shard_sequence(t, rank, world, layout="zigzag").requires_grad_() for t in full
+        )
+        out = attend(q_r, k_r, v_r, is_causal=True, enable_gqa=True, layout="zigzag")
+        out.backward(grad_r)
+        got = [
+            gather_sequence(t, layout="zigzag")
+            for t in (out.detach(), q_r.grad, k_r.grad, v_r.grad)
+        ]
+        wanted = (expected.detach(), q.grad, k.grad, v.grad)
+        differences[name] = max(
+            float((g - e).abs().max()) for g, e in zip(got, wanted, strict=True)
+        )
+    return differences if rank == 0 else {}

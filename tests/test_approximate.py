@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -73,6 +74,34 @@ def test_linformer_refuses_a_projection_that_does_not_fit(projection, message):
 def test_linformer_refuses_a_projection_of_another_dtype():
     with pytest.raises(TypeError, match="projection"):
         linformer_attention(*qkv(), torch.eye(12))
+
+
+@pytest.mark.parametrize(
+    ("projection", "value_projection", "message"),
+    [
+        (  # E keeps 4 rows of keys, F 3 rows of values: no weight for one of them
+            torch.randn(4, 12, dtype=torch.float64),
+            torch.randn(3, 12, dtype=torch.float64),
+            r"same number of rows r .*; got projection \(4, 12\), value_projection \(3, 12\)",
+        ),
+        (  # one projection per head for 5 heads, on inputs with 3 heads
+            torch.randn(5, 4, 12, dtype=torch.float64),
+            None,
+            r"leading dimensions that broadcast.*query \(2, 3, 12, 8\).*projection \(5, 4, 12\)",
+        ),
+        (
+            torch.randn(4, 12, dtype=torch.float64),
+            torch.randn(2, 1, 4, 12, dtype=torch.float64).expand(2, 2, 4, 12),
+            r"leading dimensions that broadcast.*value_projection \(2, 2, 4, 12\)",
+        ),
+    ],
+    ids=["rows differ", "heads differ", "value projection's heads differ"],
+)
+def test_linformer_refuses_projections_that_do_not_fit_together(
+    projection, value_projection, message
+):
+    with pytest.raises(ValueError, match=message):
+        linformer_attention(*qkv(2, 3), projection, value_projection)
 
 
 # --- FAVOR+ (Performer) ----------------------------------------------------------
@@ -157,6 +186,41 @@ def test_performer_stays_finite_where_the_plain_features_underflow():
     assert torch.isfinite(out).all()
     # Each output is a weighted mean of the values: inside their range.
     assert (out <= v.max(0).values + 1e-12).all() and (out >= v.min(0).values - 1e-12).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.complex64, "float32", None])
+def test_random_features_refuses_a_dtype_that_is_not_floating_point(dtype):
+    expected = rf"dtype must be a floating-point torch.dtype .*; got {re.escape(repr(dtype))}$"
+    with pytest.raises(TypeError, match=expected):
+        random_features(8, 4, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_random_features_takes_every_floating_dtype(dtype):
+    w = random_features(8, 4, generator=torch.Generator().manual_seed(0), dtype=dtype)
+    expected = random_features(
+        8, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64
+    )
+    assert w.dtype == dtype
+    torch.testing.assert_close(w, expected.to(dtype))
+
+
+@pytest.mark.parametrize("scale", [-0.5, -0.05, 0.0])
+def test_performer_takes_a_negative_or_zero_scale_as_torch_does(scale):
+    """exp(s q.k) with s < 0 is exp(|s| (-q).k): the query's side is negated, the same
+    positive features estimate it. Exactly that, and close to softmax attention."""
+    q, k, v = (0.5 * t for t in qkv(L=16, S=16, D=4, Dv=3))
+    w = random_features(100_000, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    out = performer_attention(q, k, v, w, scale=scale)
+    torch.testing.assert_close(
+        out, performer_attention(-q, k, v, w, scale=-scale), atol=1e-12, rtol=0
+    )
+    exact = F.scaled_dot_product_attention(q, k, v, scale=scale)
+    assert (out - exact).abs().max() < 0.01
+    # Not the positive scale's answer: the sign matters.
+    if scale:
+        flipped = F.scaled_dot_product_attention(q, k, v, scale=-scale)
+        assert (out - flipped).abs().max() > 10 * (out - exact).abs().max()
 
 
 def test_performer_refuses_a_projection_of_the_wrong_size():

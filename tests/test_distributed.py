@@ -89,6 +89,55 @@ def test_bad_calls_raise_on_every_rank_without_hanging() -> None:
     assert "same length on this rank" in messages["cross"]
 
 
+# Calls whose ranks disagree: what the message must name (the differing rank's value).
+DISAGREEMENTS = {
+    **{f"{s}-mask": "key_padding_mask (rank 0: None; rank 1: given)" for s in cases.STRATEGIES},
+    **{
+        f"{s}-dtype": "dtypes (rank 0: query torch.float32, key torch.float32, value "
+        "torch.float32; rank 1: query torch.float64, key torch.float64, value torch.float64)"
+        for s in cases.STRATEGIES
+    },
+    "is_causal": "is_causal (rank 0: True; rank 1: False)",
+    "scale": "scale (rank 0: 0.35355339059327373; rank 1: 0.5)",
+    "layout": "layout (rank 0: 'contiguous'; rank 1: 'zigzag')",
+    "strategy": "function (rank 0: ring_attention; rank 1: ulysses_attention)",
+    "enable_gqa": "enable_gqa (rank 0: True; rank 1: False)",
+    "grad": "autograd (rank 0: records the graph for backward; rank 1: no graph",
+    "heads": "shapes (rank 0: query (1, 4, 8, 8), key (1, 4, 8, 8), value (1, 4, 8, 8); "
+    "rank 1: query (1, 2, 8, 8)",
+}
+
+
+def test_calls_that_differ_between_ranks_raise_the_same_error_on_every_rank() -> None:
+    """A mask on one rank only, float32 against float64, different flags: each call is
+    valid on its own rank, but the collectives would abort or hang. Every rank raises
+    the same ValueError instead, naming what differs and on which ranks."""
+    start = time.monotonic()
+    ranks = run_on_ranks(cases.disagreements, 2, timeout=30)
+    assert time.monotonic() - start < 30
+    for name, expected in DISAGREEMENTS.items():
+        message = ranks[0][name]
+        assert ranks[1][name] == message, name  # the same error, word for word
+        assert message.startswith("ValueError: sequence-parallel attention needs the same"), (
+            name,
+            message,
+        )
+        assert expected in message, (name, message)
+    # A call that only rank 1 refuses: rank 1 says why, rank 0 says where to look.
+    assert ranks[1]["invalid_on_rank_1"].startswith("TypeError: key_padding_mask must be")
+    assert ranks[0]["invalid_on_rank_1"].startswith("ValueError: ring_attention")
+    assert "rank 1" in ranks[0]["invalid_on_rank_1"]
+    assert "divisible by the number of ranks (2)" in ranks[1]["ulysses_heads_on_rank_1"]
+    assert "rank 1" in ranks[0]["ulysses_heads_on_rank_1"]
+
+
+def test_key_and_value_head_counts_that_do_not_divide_each_other() -> None:
+    """H = 12 query, 4 key, 6 value heads, as PyTorch's enable_gqa takes them."""
+    differences = run_on_ranks(cases.grouped_heads_that_do_not_divide, 2, timeout=60)[0]
+    assert set(differences) == set(cases.STRATEGIES)
+    assert max(differences.values()) < 1e-10, differences
+
+
 def test_a_failing_rank_fails_the_run_promptly() -> None:
     start = time.monotonic()
     with pytest.raises(RuntimeError, match=r"rank 1 of 2 failed:(.|\n)*ArithmeticError: rank one"):
@@ -110,12 +159,12 @@ def test_traffic_matches_the_formulas() -> None:
     W hops of their gradients. All-gather: its block to W - 1 ranks, keys and values;
     backward, reduce-scatter sends W - 1 blocks of gradients. Ulysses: (W - 1) / W of
     q, k, v and of the output forward, of their gradients backward. Plus the shape
-    check (an all-gather of 12 int64 per call). In the ring and Ulysses' exchanges every
-    rank receives what it sends.
+    check (the ranks' agreement on the call: an all-gather of 24 int32 per call). In the
+    ring and Ulysses' exchanges every rank receives what it sends.
     """
     W, N, H, D = 4, 64, 8, 16
     block = 4 * H * (N // W) * D  # one tensor's shard, bytes
-    check = 12 * 8  # the shape agreement, sent once per call
+    check = 24 * 4  # the agreement on the call, sent once per call
     expected = {
         "ring": (2 * (W - 1) * block + check, 2 * (W - 1) * block + 2 * W * block),
         "all_gather": (2 * block + check, 2 * (W - 1) * block),

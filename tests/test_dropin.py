@@ -305,6 +305,72 @@ def test_torch_func_vmap_grad_and_jacrev():
     torch.testing.assert_close(jacobian, dense, atol=1e-12, rtol=0)
 
 
+@pytest.mark.parametrize("fn", TILED.values(), ids=TILED.keys())
+def test_forward_mode_jacobian_equals_the_reverse_mode_one(fn):
+    """torch.func.jacfwd (forward mode, the Function's jvp) against jacrev (its backward)."""
+    torch.manual_seed(0)
+    q, k, v = randn(2, 7, 3), randn(2, 7, 3), randn(2, 7, 3)
+    forward = torch.func.jacfwd(fn, argnums=(0, 1, 2))(q, k, v)
+    reverse = torch.func.jacrev(fn, argnums=(0, 1, 2))(q, k, v)
+    assert max(float(j.abs().max()) for j in forward) > 0.1
+    for ours, theirs in zip(forward, reverse, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-12, rtol=0)
+
+
+FORWARD_MODE = {  # flash_attention's arguments, and the same for PyTorch's kernel
+    "plain": ({}, {}),
+    "causal": ({"is_causal": True}, {"is_causal": True}),
+    "scale": ({"scale": -0.7}, {"scale": -0.7}),
+    "bool mask": (
+        {"attn_mask": torch.rand(5, 7, generator=torch.Generator().manual_seed(0)) > 0.3},
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", FORWARD_MODE)
+def test_jvp_through_flash_attention_matches_torch(name):
+    torch.manual_seed(1)
+    kwargs, torch_kwargs = FORWARD_MODE[name]
+    torch_kwargs = kwargs if torch_kwargs is None else torch_kwargs
+    primals = (randn(2, 3, 5, 4), randn(2, 3, 7, 4), randn(2, 3, 7, 6))
+    tangents = tuple(torch.randn_like(t) for t in primals)
+    out, tangent = torch.func.jvp(lambda *t: tiny_flash(*t, **kwargs), primals, tangents)
+    expected = torch.func.jvp(
+        lambda *t: F.scaled_dot_product_attention(*t, **torch_kwargs), primals, tangents
+    )
+    torch.testing.assert_close(out, expected[0], atol=1e-12, rtol=0)
+    torch.testing.assert_close(tangent, expected[1], atol=1e-12, rtol=0)
+
+
+def test_jvp_with_grouped_heads_and_a_float_mask_matches_torch():
+    """Tangents of all four inputs, the float mask's included, with H = 6, Hk = 2, Hv = 3."""
+    torch.manual_seed(2)
+    primals = (randn(1, 6, 5, 4), randn(1, 2, 7, 4), randn(1, 3, 7, 3), randn(6, 5, 7))
+    tangents = tuple(torch.randn_like(t) for t in primals)
+
+    def ours(q, k, v, mask):
+        return tiny_flash(q, k, v, attn_mask=mask, enable_gqa=True)
+
+    def theirs(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+
+    got, expected = (torch.func.jvp(f, primals, tangents) for f in (ours, theirs))
+    torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
+
+
+def test_torch_func_hessian_through_flash_attention_matches_torch():
+    """torch.func.hessian is jacfwd over jacrev: forward mode through the backward."""
+    torch.manual_seed(0)
+    x = randn(5, 4)
+    tiled = torch.func.hessian(lambda x: tiny_flash(x, x, x, is_causal=True).square().sum())(x)
+    dense = torch.func.hessian(
+        lambda x: F.scaled_dot_product_attention(x, x, x, is_causal=True).square().sum()
+    )(x)
+    assert tiled.abs().max() > 0.1
+    torch.testing.assert_close(tiled, dense, atol=1e-10, rtol=0)
+
+
 # --- one rule for sizes and flags ---------------------------------------------------
 
 # Every public callable that takes a size: called with NumPy integers it works as with

@@ -206,6 +206,44 @@ def test_flash_grouped_query_attention_matches_torch(Hq, Hkv, is_causal):
     )
 
 
+# Each entry point with the dense mask it equals: (function, keyword arguments, mask).
+GROUPED_ENTRY_POINTS = {
+    "flash": (flash_attention, {"block_q": 16, "block_k": 32}, None),
+    "sliding_window": (
+        sliding_window_attention,
+        {"window": 9, "block_size": 16},
+        sliding_window_mask(37, 37, window=9),
+    ),
+    "block_sparse": (
+        block_sparse_attention,
+        {"layout": strided_layout(3, stride=2), "block_size": 16},
+        block_sparse_mask(strided_layout(3, stride=2), 16, 37, 37),
+    ),
+}
+
+
+@pytest.mark.parametrize(("Hk", "Hv"), [(2, 3), (3, 2), (1, 6), (6, 2), (2, 6)])
+@pytest.mark.parametrize("entry", GROUPED_ENTRY_POINTS)
+def test_grouped_key_and_value_head_counts_may_differ_as_in_torch(entry, Hk, Hv):
+    """PyTorch (enable_gqa=True) takes H = 6 query heads with Hk key and Hv value heads,
+    each dividing H but not necessarily each other: query head h reads key head
+    h // (H / Hk) and value head h // (H / Hv). Output and gradients match it."""
+    fn, kwargs, mask = GROUPED_ENTRY_POINTS[entry]
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 6, 37, 5, generator=gen, dtype=torch.float64)
+    k = torch.randn(2, Hk, 37, 5, generator=gen, dtype=torch.float64)
+    v = torch.randn(2, Hv, 37, 4, generator=gen, dtype=torch.float64)
+
+    def ours(q, k, v):
+        return fn(q, k, v, enable_gqa=True, **kwargs)
+
+    def theirs(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+
+    torch.testing.assert_close(ours(q, k, v), theirs(q, k, v), rtol=1e-10, atol=1e-10)
+    assert_grads_close(ours, theirs, q, k, v, rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("scale", [0.05, 3.0, -0.5])
 def test_flash_custom_scale_matches_torch(scale):
     q, k, v = make_qkv(B, H, L=67, S=45)

@@ -1,3 +1,4 @@
+import json
 import math
 import warnings
 
@@ -606,3 +607,24 @@ def test_head_view_page_is_standalone_and_escapes_the_tokens(tmp_path):
     bundle = view._repr_mimebundle_()
     assert bundle["application/vnd.attention.head-view+json"] is view.data
     assert "mountHeadView(" in bundle["text/html"]
+
+
+HOSTILE_LABELS = ["<!--<script>", "</script>", "<!--", "]]>", "a & b > c", "\u2028\u2029"]
+
+
+@pytest.mark.parametrize("view_html", ["saved", "notebook"])
+def test_head_view_embeds_hostile_labels_as_inert_json(tmp_path, view_html):
+    """No label can change how the page parses: the JSON in the <script> holds no "<"
+    (so no "<!--", "<script" or "</script>"), no ">" or "&", no line separators, and
+    reads back as the same labels."""
+    view = HeadView(_maps(L=6, S=6), HOSTILE_LABELS)
+    if view_html == "saved":
+        page = view.save(tmp_path / "view.html").read_text(encoding="utf-8")
+    else:
+        page = view._repr_mimebundle_()["text/html"]
+    start = page.index("mountHeadView(document.getElementById(")
+    data = page[page.index(", ", start) + 2 : page.rindex(")</script>")]
+    assert not set("<>&\u2028\u2029") & set(data), data
+    assert page.count("<script") == 1 and page.count("</script>") == 1
+    assert json.loads(data) == view.data
+    assert json.loads(data)["tokens"] == HOSTILE_LABELS
