@@ -84,8 +84,9 @@ WORLD_SIZES = (2, 4)
 QUICK_WORLD_SIZES = (2,)
 
 
-# Every call first agrees on the shapes: an all-gather of 12 int64 (query, key, value).
-SHAPE_CHECK_BYTES = 12 * 8
+# Every call first agrees on its arguments across ranks: an all-gather of 24 int32
+# (attention.distributed: the function, shapes, dtypes, mask, flags, scale).
+SHAPE_CHECK_BYTES = 24 * 4
 
 
 TILES = "backward tiles P and dZ, (B, heads, 256, 256) each"  # memory_formula's term
