@@ -448,8 +448,8 @@ def _dense_jvp(
 ) -> Tensor:
     r"""The output's tangent, given the inputs' (``None``: zero), on the whole ``L x S`` matrix.
 
-    With $Z = s\,QK^\top + M$, $P = \operatorname{softmax}(Z)$ and $O = PV$:
-    $\dot Z = s(\dot Q K^\top + Q \dot K^\top) + \dot M$,
+    With $Z = \text{scale}\,QK^\top + M$, $P = \operatorname{softmax}(Z)$ and $O = PV$:
+    $\dot Z = \text{scale}\,(\dot Q K^\top + Q \dot K^\top) + \dot M$,
     $\dot P = P \odot (\dot Z - \operatorname{rowsum}(P \odot \dot Z))$ and
     $\dot O = \dot P V + P \dot V$. Ordinary tensor operations, so ``vmap`` batches them.
     """

@@ -10,8 +10,8 @@ concept page [Approximate attention](../concepts/approximate-attention.md) measu
 each one's error against its budget.
 
 - [`linformer_attention`][attention.approximate.linformer_attention] (Wang et al.,
-  2020): project the $S$ keys and values down to $r$ rows, $E K$ and $F V$, and attend
-  to those: $O(L\,r\,D)$ work. In a trained Linformer $E$ and $F$ are learned.
+  2020): project the $S$ keys and values down to $r$ rows, $U_K K$ and $U_V V$, and
+  attend to those: $O(L\,r\,D)$ work. In a trained Linformer $U_K$ and $U_V$ are learned.
 - [`performer_attention`][attention.approximate.performer_attention] (Choromanski et
   al., 2021, FAVOR+): positive random features $\phi$ with
   $\mathbb{E}[\phi(q)^\top\phi(k)] = \exp(q^\top k)$, so the softmax's numerator and
@@ -81,13 +81,13 @@ def linformer_attention(
     r"""Linformer attention: attend to $r$ projected keys and values instead of $S$.
 
     $$
-    \operatorname{softmax}\!\big(\mathrm{scale}\cdot Q\,(E K)^\top\big)\,(F V),
-    \qquad E, F \in \mathbb{R}^{r \times S}
+    \operatorname{softmax}\!\big(\mathrm{scale}\cdot Q\,(U_K K)^\top\big)\,(U_V V),
+    \qquad U_K, U_V \in \mathbb{R}^{r \times S}
     $$
 
     The $L \times S$ score matrix becomes $L \times r$: $O(L\,r\,D)$ time and memory.
     Wang et al. argue that trained attention matrices are close to low rank, and learn
-    $E$ and $F$ with the model. With $E = F = I$ ($r = S$) this is softmax attention
+    $U_K$ and $U_V$ with the model. With $U_K = U_V = I$ ($r = S$) this is softmax attention
     exactly; with other projections it is a different function, close to softmax
     attention only as far as the projections keep what the queries look for.
 
@@ -95,9 +95,9 @@ def linformer_attention(
         query: ``(..., L, D)``.
         key: ``(..., S, D)``.
         value: ``(..., S, Dv)``.
-        projection: $E$, ``(r, S)`` or with leading dimensions that broadcast
+        projection: $U_K$, ``(r, S)`` or with leading dimensions that broadcast
             (e.g. one per head, ``(H, r, S)``), applied to the keys.
-        value_projection: $F$, the same shape; ``None`` uses $E$ (Linformer's
+        value_projection: $U_V$, the same shape; ``None`` uses $U_K$ (Linformer's
             "key-value sharing").
         scale: Factor on the scores; ``None`` means $1/\sqrt{D}$.
 

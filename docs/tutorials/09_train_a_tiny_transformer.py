@@ -56,13 +56,13 @@ torch.set_num_threads(1)
 # ## 1. The task: reverse a sequence
 #
 # A sequence is $L = 10$ symbols drawn uniformly from a vocabulary of
-# $V = 16$, shown as the letters A to P. The target is the same sequence
+# $N_\text{vocab} = 16$, shown as the letters A to P. The target is the same sequence
 # reversed. Batches are generated on the fly from a `torch.Generator`
 # seeded with `SEED`, so a run with the same seed sees the same data, and
 # no data set is stored or downloaded.
 #
-# Guessing gives a token accuracy of $1/V = 6.25\%$ and a cross-entropy of
-# $\ln V \approx 2.77$ nats: the numbers a model that learned nothing sits
+# Guessing gives a token accuracy of $1/N_\text{vocab} = 6.25\%$ and a cross-entropy of
+# $\ln N_\text{vocab} \approx 2.77$ nats: the numbers a model that learned nothing sits
 # at.
 
 # %%
@@ -88,7 +88,7 @@ for xi, yi in zip(x, y, strict=True):
 # own, with seeds far from those of the training runs.
 x_val, y_val = make_batch(256, torch.Generator().manual_seed(10_001))
 x_test, y_test = make_batch(1000, torch.Generator().manual_seed(10_002))
-print(f"chance: accuracy {1 / V:.4f}, loss ln(V) = {math.log(V):.3f}")
+print(f"chance: accuracy {1 / V:.4f}, loss ln {V} = {math.log(V):.3f}")
 
 # %% [markdown]
 # There are $16^{10} \approx 10^{12}$ possible sequences and training will
@@ -118,7 +118,7 @@ print(f"chance: accuracy {1 / V:.4f}, loss ln(V) = {math.log(V):.3f}")
 #    alike easy to train without a learning-rate warm-up. The attention has
 #    $H = 2$ heads of size $D = E / H = 16$; the MLP widens to $4E$ and
 #    back.
-# 3. **Head.** A final LayerNorm and a linear layer give $V$ logits per
+# 3. **Head.** A final LayerNorm and a linear layer give $N_\text{vocab}$ logits per
 #    position.
 #
 # `MultiHeadAttention` returns the attention weights when asked with
@@ -260,18 +260,18 @@ print(f"trained {STEPS} steps in {time.perf_counter() - start:.1f} s")
 # %% [markdown]
 # ## 4. Loss curve and accuracy
 #
-# The loss is on a log scale: after a short plateau near $\ln V$, when the
+# The loss is on a log scale: after a short plateau near $\ln N_\text{vocab}$, when the
 # model knows only that every letter is equally likely, it drops by more
 # than two orders of magnitude. The validation accuracy climbs from near
 # chance to 100% within the first hundred steps, as the attention locks
 # onto the right positions. The cell prints both and asserts them: these
 # hold for every seed we tried, not only for the run shown.
 
-# %% caption="Training of the reversal model: the training loss per step (left, log scale) starts at the chance level ln V (dashed) and falls by more than two orders of magnitude over 300 steps. The validation token accuracy (right) climbs from near chance (dashed, 1/V) to 100 % within the first hundred steps."
+# %% caption="Training of the reversal model: the training loss per step (left, log scale) starts at the chance level ln 16 (dashed) and falls by more than two orders of magnitude over 300 steps. The validation token accuracy (right) climbs from near chance (dashed, 1/16) to 100 % within the first hundred steps."
 drop = math.log(V) / history["loss"][-1]
 evals = zip(history["eval_step"], history["val_acc"], strict=True)
 perfect = [step for step, acc in evals if acc == 1.0]  # steps at 100%
-print(f"last training loss {history['loss'][-1]:.4f}: ln V / {drop:.0f}")
+print(f"last training loss {history['loss'][-1]:.4f}: ln {V} / {drop:.0f}")
 print(f"validation accuracy at step 10: {history['val_acc'][0]:.3f}")
 print(f"first evaluation at 100%: step {perfect[0]}")
 # The ranges quoted in these comments are of seeds 0-4.
@@ -286,7 +286,9 @@ fig, (ax_loss, ax_acc) = plt.subplots(
     1, 2, figsize=(8, 3.2), layout="constrained"
 )
 ax_loss.plot(range(1, STEPS + 1), history["loss"])
-ax_loss.axhline(math.log(V), color="grey", ls="--", label="chance, ln V")
+ax_loss.axhline(
+    math.log(V), color="grey", ls="--", label=f"chance, ln {V}"
+)
 ax_loss.set(
     yscale="log",
     xlabel="step",
@@ -294,7 +296,7 @@ ax_loss.set(
     title="Loss",
 )
 ax_acc.plot(history["eval_step"], history["val_acc"], marker=".")
-ax_acc.axhline(1 / V, color="grey", ls="--", label="chance, 1/V")
+ax_acc.axhline(1 / V, color="grey", ls="--", label=f"chance, 1/{V}")
 ax_acc.set(
     xlabel="step",
     ylabel="token accuracy",
@@ -535,9 +537,9 @@ assert 1.5 < no_pos_loss < 2.5
 # $L - 1 - i$, which lies in the visible past only when
 # $L - 1 - i \le i$, i.e. for $i \ge 5$. The first five outputs ask for
 # letters the model is not allowed to see, and they are independent of
-# everything it does see, so the best it can do there is guess ($1/V$),
-# at a loss of $\ln V$. The predicted average test loss is therefore
-# $\tfrac{1}{2}\ln V \approx 1.39$. Same model, `causal=True`, 200 steps:
+# everything it does see, so the best it can do there is guess ($1/N_\text{vocab}$),
+# at a loss of $\ln N_\text{vocab}$. The predicted average test loss is therefore
+# $\tfrac{1}{2}\ln N_\text{vocab} \approx 1.39$. Same model, `causal=True`, 200 steps:
 
 # %%
 torch.manual_seed(SEED)
@@ -607,7 +609,7 @@ fig = attention.plot_attention_heads(
 # The three models side by side, accuracy at each output position and
 # training loss:
 
-# %% caption="The three models compared: test accuracy at each output position 0 to 9 (left; learned positions blue, no positions orange, causal mask green, chance 1/V dashed) and training loss per step (right, log scale). Learned positions reach (nearly) 100 % everywhere and a loss more than 100 times below ln V; the causal model is at (nearly) 100 % on positions 5 to 9 and near chance on 0 to 4, its loss levelling off at ½ ln V (dotted); without positions the model stays near a quarter on every position and its loss levels off higher still, near 2 nats."
+# %% caption="The three models compared: test accuracy at each output position 0 to 9 (left; learned positions blue, no positions orange, causal mask green, chance 1/16 dashed) and training loss per step (right, log scale). Learned positions reach (nearly) 100 % everywhere and a loss more than 100 times below ln 16; the causal model is at (nearly) 100 % on positions 5 to 9 and near chance on 0 to 4, its loss levelling off at ½ ln 16 (dotted); without positions the model stays near a quarter on every position and its loss levels off higher still, near 2 nats."
 fig, (ax_pos, ax_curves) = plt.subplots(
     1, 2, figsize=(8, 3.6), layout="constrained"
 )
@@ -629,7 +631,7 @@ ax_pos.set(
     ylim=(0, 1.05),
     title="Accuracy by position",
 )
-ax_curves.axhline(math.log(V) / 2, color="grey", ls=":", label="½ ln V")
+ax_curves.axhline(math.log(V) / 2, color="grey", ls=":", label=f"½ ln {V}")
 ax_curves.set(
     yscale="log",
     xlabel="step",
@@ -650,7 +652,7 @@ legend = fig.legend(
 # %% [markdown]
 # The causal model learned the half it can see (asserted: above 95% on
 # each of positions 5 to 9) and sits at chance on the rest, its loss at
-# $\frac{1}{2} \ln V$; the position-free model is stuck at the same low
+# $\frac{1}{2} \ln N_\text{vocab}$; the position-free model is stuck at the same low
 # accuracy on every position.
 #
 # ## Summary
@@ -672,7 +674,7 @@ legend = fig.legend(
 #   are permutation-equivariant: equal tokens get equal outputs, and
 #   reversal cannot be learned.
 # - A causal mask hides the keys that the first half of the outputs need;
-#   those positions stay at chance and the loss at $\frac{1}{2}\ln V$.
+#   those positions stay at chance and the loss at $\frac{1}{2}\ln N_\text{vocab}$.
 #
 # ## Exercises
 #

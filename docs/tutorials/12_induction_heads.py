@@ -52,12 +52,13 @@ torch.set_num_threads(1)
 # %% [markdown]
 # ## 1. The data: random tokens, some of them repeated
 #
-# A sequence has $L = 32$ tokens drawn from a vocabulary of $V = 52$
-# symbols, shown as the letters `A`-`Z` and `a`-`z`. It starts with a
-# stretch of random tokens (the *filler*), then a random *segment* of
-# $p$ tokens that repeats until the sequence ends. Within a sequence all
-# tokens of the filler and the segment are distinct, so a repeated token
-# has exactly one earlier occurrence, and what came after it is the answer.
+# A sequence has $L = 32$ tokens drawn from a vocabulary of
+# $N_{\text{vocab}} = 52$ symbols (`V` in the code), shown as the letters
+# `A`-`Z` and `a`-`z`. It starts with a stretch of random tokens (the
+# *filler*), then a random *segment* of $p$ tokens that repeats until the
+# sequence ends. Within a sequence all tokens of the filler and the segment
+# are distinct, so a repeated token has exactly one earlier occurrence, and
+# what came after it is the answer.
 #
 # The period $p$ (4 to 12) and the filler's length are drawn afresh for
 # every sequence: the repetition starts at a different position each
@@ -108,7 +109,7 @@ for row in make_batch(4, torch.Generator().manual_seed(0)):
 #
 # - **first occurrences** (targets 1 to 19): nothing in the context
 #   helps; the best possible loss is the log of the number of symbols not
-#   yet seen, a little under $\ln V \approx 3.95$ nats;
+#   yet seen, a little under $\ln N_{\text{vocab}} \approx 3.95$ nats;
 # - **target 20**, the first repeat: its predecessor (token 19) was never
 #   seen before, so nothing in the context says that the segment restarts
 #   here; it is left out of both groups;
@@ -132,7 +133,7 @@ print(
 assert torch.equal(
     x_test[:, start_repeat:], x_test[:, TEST_FILLER:start_repeat]
 )
-print(f"chance: ln V = {math.log(V):.3f} nats")
+print(f"chance: ln {V} = {math.log(V):.3f} nats")
 
 # %% [markdown]
 # ## 2. An attention-only transformer
@@ -145,7 +146,8 @@ print(f"chance: ln V = {math.log(V):.3f} nats")
 # $x \leftarrow x + \operatorname{MHA}(\operatorname{LN}(x))$; token
 # embeddings plus
 # [learned positions](../../reference/positional/#attention.positional.LearnedPositionalEmbedding)
-# go in, and a linear read-out gives $V$ logits per position.
+# go in, and a linear read-out gives $N_{\text{vocab}}$ logits per
+# position.
 #
 # `ablate` names heads to switch off: a forward pre-hook on the output
 # projection replaces those heads' slices of its input by their mean over
@@ -309,19 +311,19 @@ for step in range(STEPS + 1):
 print(f"trained {STEPS} steps in {time.perf_counter() - start:.1f} s")
 
 # %% [markdown]
-# Two stages show in the curves. First the loss on repeated tokens
-# drifts down from $\ln V$ to about 2.5 nats: the model learns that the
-# next token is probably one it has already seen in this sequence,
+# Two stages show in the curves. First the loss on repeated tokens drifts
+# down from $\ln N_{\text{vocab}}$ to about 2.5 nats: the model learns that
+# the next token is probably one it has already seen in this sequence,
 # without knowing which (exercise 1 shows that a single layer gets this
-# far). Then, within 40 steps (two evaluations), it collapses by more
-# than 1.5 nats, while the previous-token and induction scores climb:
-# the **phase change**, in which the two heads of the circuit form
-# together. The loss on first occurrences stays near $\ln V$ throughout:
-# there is nothing to learn about a token never seen, only how to copy
-# from context. The cell finds the 40 steps with the largest drop and
-# asserts all three; at which step it comes differs from seed to seed.
+# far). Then, within 40 steps (two evaluations), it collapses by more than
+# 1.5 nats, while the previous-token and induction scores climb: the
+# **phase change**, in which the two heads of the circuit form together.
+# The loss on first occurrences stays near $\ln N_{\text{vocab}}$
+# throughout: there is nothing to learn about a token never seen, only how
+# to copy from context. The cell finds the 40 steps with the largest drop
+# and asserts all three; at which step it comes differs from seed to seed.
 
-# %% caption="Training of the attention-only model, evaluated every 20 steps on the 1000 test sequences. Left: the loss on first occurrences stays near ln V (dashed); the loss on repeated tokens (log scale) first drifts down from ln V to about 2.5 nats, then collapses by more than 1.5 nats within 40 steps (shaded) and ends near zero. Right: the best previous-token score among layer 0's heads and the best induction score among layer 1's heads, both rising from 0.1 or less to above 0.5, and both climbing in the shaded steps."
+# %% caption="Training of the attention-only model, evaluated every 20 steps on the 1000 test sequences. Left: the loss on first occurrences stays near the chance level, ln 52 (dashed); the loss on repeated tokens (log scale) first drifts down from ln 52 to about 2.5 nats, then collapses by more than 1.5 nats within 40 steps (shaded) and ends near zero. Right: the best previous-token score among layer 0's heads and the best induction score among layer 1's heads, both rising from 0.1 or less to above 0.5, and both climbing in the shaded steps."
 WINDOW = 2  # evaluations: 40 steps
 repeated_loss = torch.tensor(history["repeated"])
 drops = repeated_loss[:-WINDOW] - repeated_loss[WINDOW:]  # per 40 steps
@@ -368,7 +370,7 @@ fig, (ax_loss, ax_score) = plt.subplots(
 )
 ax_loss.plot(history["step"], history["first"], label="first occurrences")
 ax_loss.plot(history["step"], history["repeated"], label="repeated tokens")
-ax_loss.axhline(math.log(V), color="grey", ls="--", label="ln V")
+ax_loss.axhline(math.log(V), color="grey", ls="--", label=f"ln {V}")
 ax_loss.set(
     yscale="log", xlabel="step", ylabel="test loss (nats)", title="Loss"
 )
@@ -500,21 +502,21 @@ assert on_successor > 0.9 and on_first_keys > 0.8
 # ## 6. Switching heads off
 #
 # Maps show where a head reads, not whether the model needs it. An
-# **ablation** answers that: switch a head off and measure the loss
-# again. Here "off" is **mean ablation**: the head's output is replaced
-# by its average, which removes what it says about *this* input and keeps
-# its constant contribution. Replacing it by zeros would also remove that
+# **ablation** answers that: switch a head off and measure the loss again.
+# Here "off" is **mean ablation**: the head's output is replaced by its
+# average, which removes what it says about *this* input and keeps its
+# constant contribution. Replacing it by zeros would also remove that
 # constant, which the layers after it were trained to expect; in our runs
 # zeroing both induction heads pushed even the loss on first occurrences
-# above $\ln V$, a model broken in a way that says nothing about the
-# circuit. If the circuit is as described, removing the previous-token
-# head, or all induction heads, should send the loss on repeated tokens
-# back towards chance, while first occurrences do not care; and without
-# the previous-token head, the induction head should lose its pattern,
-# since its keys no longer carry the predecessor's token. We switch off
-# each head alone, then both heads of layer 0 together (in some runs the
-# previous-token job is shared between them), then the induction heads
-# together.
+# above $\ln N_{\text{vocab}}$, a model broken in a way that says nothing
+# about the circuit. If the circuit is as described, removing the
+# previous-token head, or all induction heads, should send the loss on
+# repeated tokens back towards chance, while first occurrences do not care;
+# and without the previous-token head, the induction head should lose its
+# pattern, since its keys no longer carry the predecessor's token. We
+# switch off each head alone, then both heads of layer 0 together (in some
+# runs the previous-token job is shared between them), then the induction
+# heads together.
 
 # %%
 ablations = {"none": []}
@@ -572,19 +574,18 @@ print(
 # %% [markdown]
 # Without layer 0's heads, or without the induction heads, the loss on
 # repeated tokens climbs most of the way back to chance (asserted: above
-# half of $\ln V$), and first occurrences do not notice (asserted:
-# within 0.3 nats). Without layer 0's heads, the induction head still
-# runs, but its score collapses (asserted: below 0.3): its pattern was
-# computed from what the previous-token head wrote. How the seed splits
-# the previous-token job between layer 0's heads varies; the cell says
-# how this run did. (An ablation replaces a head's output,
-# not its map, so an ablated induction head keeps its own score: the last
-# column measures the best induction head as the rest of the model leaves
-# it.) Where layer 1 holds two induction heads, each carries part of the
-# job: switching off one raises the loss on repeated tokens part of the
-# way, switching off both all the way (asserted). A job split between
-# heads is one reason why ablating a single head in a large model can
-# understate what it does.
+# half of $\ln N_{\text{vocab}}$), and first occurrences do not notice
+# (asserted: within 0.3 nats). Without layer 0's heads, the induction head
+# still runs, but its score collapses (asserted: below 0.3): its pattern
+# was computed from what the previous-token head wrote. How the seed splits
+# the previous-token job between layer 0's heads varies; the cell says how
+# this run did. (An ablation replaces a head's output, not its map, so an
+# ablated induction head keeps its own score: the last column measures the
+# best induction head as the rest of the model leaves it.) Where layer 1
+# holds two induction heads, each carries part of the job: switching off
+# one raises the loss on repeated tokens part of the way, switching off
+# both all the way (asserted). A job split between heads is one reason why
+# ablating a single head in a large model can understate what it does.
 #
 # ## 7. Beyond the periods it was trained on
 #

@@ -369,12 +369,14 @@ print(
 # $\varepsilon = 0.1$): the target distribution puts $1 - \varepsilon$ on
 # the right token and spreads $\varepsilon$ over all of them, so the model
 # is never pushed towards infinitely confident logits. Its loss can then
-# not reach 0: with $V = 13$ target tokens, the best possible loss is the
-# entropy of the smoothed target,
+# not reach 0: with $N_{\text{vocab}} = 13$ target tokens (`V` in the
+# code), the best possible loss is the entropy of the smoothed target,
 #
-# $$H_\varepsilon = -\left(1 - \varepsilon + \tfrac{\varepsilon}{V}\right)
-# \ln\left(1 - \varepsilon + \tfrac{\varepsilon}{V}\right)
-# - (V - 1)\,\tfrac{\varepsilon}{V}\ln \tfrac{\varepsilon}{V}.$$
+# $$\mathcal{H}_\varepsilon
+# = -\left(1 - \varepsilon + \tfrac{\varepsilon}{N_{\text{vocab}}}\right)
+# \ln\left(1 - \varepsilon + \tfrac{\varepsilon}{N_{\text{vocab}}}\right)
+# - (N_{\text{vocab}} - 1)\,\tfrac{\varepsilon}{N_{\text{vocab}}}
+# \ln \tfrac{\varepsilon}{N_{\text{vocab}}}.$$
 #
 # **Warm-up.** The paper's learning rate grows linearly for
 # $w$ warm-up steps, then decays as the inverse square root of the step:
@@ -459,7 +461,7 @@ floor = -(1 - SMOOTHING + SMOOTHING / V) * math.log(
     1 - SMOOTHING + SMOOTHING / V
 ) - (V - 1) * SMOOTHING / V * math.log(SMOOTHING / V)
 last = sum(losses[-20:]) / 20
-print(f"loss over the last 20 steps {last:.3f}; floor H_eps = {floor:.3f}")
+print(f"loss over the last 20 steps {last:.3f}; floor ℋ_ε = {floor:.3f}")
 accuracy = teacher_forced_accuracy(model)
 print(f"held-out sentences right, teacher-forced: {accuracy:.3f}")
 # (The ranges quoted in these comments are of seeds 0-4.)
@@ -578,13 +580,13 @@ assert greedy_accuracy > 0.9
 #
 # ## 5. Beam search
 #
-# Greedy decoding commits to the best token at each step; a sequence
-# whose first token is second-best may still be the most likely overall.
-# **Beam search** keeps the $k$ best partial outputs (the *beam*) by total
+# Greedy decoding commits to the best token at each step; a sequence whose
+# first token is second-best may still be the most likely overall. **Beam
+# search** keeps the $k$ best partial outputs (the *beam*) by total
 # log-probability: at each step it extends every one of them by every
-# token, and keeps the $k$ best of the $k \cdot V$ candidates. A finished
-# output (one that has emitted `</s>`) stays in the beam with its score
-# frozen.
+# token, and keeps the $k$ best of the $k \cdot N_{\text{vocab}}$
+# candidates. A finished output (one that has emitted `</s>`) stays in the
+# beam with its score frozen.
 #
 # Each beam is a row of the batch, so the caches hold $B \cdot k$ rows.
 # When the best candidates of a step come from different parents, the
@@ -886,7 +888,7 @@ print(f"training loss over steps {SHORT - 19}-{SHORT}:")
 for name, loss in results.items():
     print(f"  {name:<20} {loss:.3f}")
 print(
-    f"(floor {floor:.3f}; a uniform guess scores ln V = {math.log(V):.3f})"
+    f"(floor {floor:.3f}; a uniform guess scores ln {V} = {math.log(V):.3f})"
 )
 # Post-LN at the full rate from step 1 is stuck; the three others train.
 # Across seeds: 1.64-2.35 nats (seeds 0-4)

@@ -348,14 +348,14 @@ print(f"largest difference over outputs and gradients: {worst:.1e}")
 #   each sending $\frac{W-1}{W}$ of a block (a rank keeps its own share):
 #   $4 \frac{W-1}{W}$ blocks, and the same backward.
 #
-# Each forward call also agrees on the shapes first (an all-gather of 12
-# integers of 8 bytes: 96 bytes sent), so that a rank with a wrong shape
-# fails at once instead of leaving the others waiting. The counts each
-# rank made:
+# Each forward call also checks first that the ranks agree on the call
+# (shapes, dtypes and flags, in an all-gather of 24 integers of 4 bytes:
+# 96 bytes sent), so that a rank with a wrong shape fails at once instead
+# of leaving the others waiting. The counts each rank made:
 
 # %%
 block = B * H * (n // W) * D * 8  # bytes: one rank's shard of K
-check = 12 * 8  # bytes: the shape check, once per forward call
+check = 24 * 4  # bytes: the shape check, once per forward call
 formulas = {  # bytes one rank sends: (forward, backward)
     "ring": (2 * (W - 1) * block + check, (2 * (W - 1) + 2 * W) * block),
     "all-gather": (2 * block + check, 2 * (W - 1) * block),
@@ -560,10 +560,21 @@ assert abs(slowest - limits[2]) < 1e-4
 #
 # ## 6. What this does not show
 #
-# These four processes ran on one machine with two CPU cores, sharing its
-# memory and its memory bandwidth, and their "transfers" were copies
-# through the loopback network of one operating system. The wall-clock
-# time printed in section 2 is mostly Python and PyTorch starting up, and
+# The four processes of section 2 ran on the machine that runs this
+# notebook:
+
+# %%
+cpus = os.cpu_count() or 1
+print(
+    f"{W} ranks on {cpus} logical CPU{'s' if cpus > 1 else ''}"
+    + (": more ranks than CPUs, so they took turns" if cpus < W else "")
+)
+
+# %% [markdown]
+# They shared its cores, its memory and its memory bandwidth, and their
+# "transfers" were copies through the loopback network of one operating
+# system. The wall-clock time printed in section 2 is mostly Python and
+# PyTorch starting up, and
 # the time of the runs says nothing about a GPU cluster, where each rank
 # has a device of its own, the collectives run over NVLink or InfiniBand
 # (NCCL, not gloo), and whether the ring's transfers hide behind its

@@ -1,4 +1,4 @@
-"""One notation, enforced: the symbols the notation page retired stay out of the math.
+r"""One notation, enforced: the symbols the notation page retired stay out of the math.
 
 ``docs/concepts/notation.md`` holds the site's one table of symbols ("One symbol per
 meaning"). This lint reads the mathematics of every Markdown page under ``docs/``, of
@@ -11,6 +11,18 @@ written as "∂ℓ") reads every line.
 Each rule is narrow enough to have no false positive on today's pages; the synthetic
 test below feeds every rule the retired use it exists for, so no rule can silently
 match nothing, and checks that code and allowed uses are left alone.
+
+Two kinds of rule. A *retired* symbol is one the table's last column lists: another
+text's letter for one of the site's meanings (``s_j`` for a score). A *reserved* letter
+is one of the site's own symbols given another meaning on some page: a matrix letter
+(Q, K, V, O, P, Z) used as a number (a vocabulary ``V = 52``, a clipping distance
+``2K + 1``), the model width E used as a matrix, the online softmax's ``\tilde{O}`` on
+a page without its ``\ell``, the query index i as the imaginary unit, the scores
+written ``e_ij``, the heads' H as an entropy, a bare m (the running maximum) as ALiBi's
+slope. The fix of such a rule names the symbol to write instead, and that symbol must
+be defined on the notation page, in its table or among the letters that belong to one
+page (``registered``). Where a page may use a letter its own way (Bahdanau's ``e_ij``,
+quoted), it is listed with the rule.
 """
 
 from __future__ import annotations
@@ -37,6 +49,11 @@ PAPER_MAPPING = {NOTATION, "docs/concepts/why-scale.md"}
 PAPER_MAPPING |= {"attention/numpy_reference.py"}  # W_i^Q in R^{d_model x d_k}
 # Where the encoder width of cross-attention is written: E_ctx, never C.
 CROSS_ATTENTION = {"docs/tutorials/06_cross_attention.py", "docs/concepts/self-cross-causal.md"}
+# Where Bahdanau's paper is quoted in its own letters (e_ij for a score).
+BAHDANAU = {NOTATION, "docs/concepts/similarity-to-attention.md"}
+# Known uses of a reserved letter that this change does not touch, each with the
+# rule it breaks; test_pending_exceptions_are_still_needed fails once one is fixed,
+# so that its entry is removed with it.
 
 # A letter standing alone: not part of a word and not a TeX command (\ell, \sum, ...).
 ALONE = r"(?<![\\A-Za-z])"
@@ -52,13 +69,40 @@ class Rule:
     # "math": inside the formulas; "prose": the running text, formulas with their
     # delimiters; "everywhere": every line, code and figure labels included.
     scope: str = "math"
+    # A file whose mathematics matches this anywhere is left alone by the rule: the
+    # letter is in its own meaning there (the online softmax's \tilde{O} beside its \ell).
+    unless_file_has: re.Pattern[str] | None = None
+    # The symbols the fix asks for, as the notation page writes them: they must be there.
+    registered: tuple[str, ...] = ()
 
     def applies_to(self, where: str) -> bool:
         return (self.only is None or where in self.only) and where not in self.unless
 
 
-def rule(name: str, pattern: str, fix: str, **kwargs: object) -> Rule:
-    return Rule(name, re.compile(pattern), fix, **kwargs)  # type: ignore[arg-type]
+def rule(
+    name: str,
+    pattern: str,
+    fix: str,
+    *,
+    unless: frozenset[str] = frozenset(),
+    unless_file_has: str | None = None,
+    registered: str | tuple[str, ...] = (),
+    **kwargs: object,
+) -> Rule:
+    return Rule(
+        name,
+        re.compile(pattern),
+        fix,
+        unless=unless,
+        unless_file_has=None if unless_file_has is None else re.compile(unless_file_has),
+        registered=(registered,) if isinstance(registered, str) else registered,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+# The matrices of the table: never a count, a size or a distance.
+MATRIX = r"[QKVOPZ]"
+NOT_SUBSCRIPTED = r"(?![A-Za-z_^{])"
 
 
 RULES = [
@@ -161,6 +205,101 @@ RULES = [
         r"n\s*(?:\\,\s*)?M\s*(?:\\,\s*)?D_v|M\s*\\times\s*D_v|" + ALONE + r"M\s*=\s*D(?:_v)?\b",
         r"linear attention's feature count is D_\phi (M is the mask)",
     ),
+    # -- reserved letters given another meaning ------------------------------------------
+    rule(
+        "matrix letter used as a number",
+        "|".join(
+            [
+                ALONE + MATRIX + r"\s*=\s*\d+",  # V = 52
+                r"\\(?:ln|log)\s*" + MATRIX + NOT_SUBSCRIPTED,  # \ln V
+                r"(?<![A-Za-z_\\{])\d\s*" + MATRIX + r"(?![A-Za-z_^{(])",  # 2K
+                ALONE + MATRIX + r"\s*[+\-]\s*\d",  # V - 1
+                r"(?:\d|\\varepsilon|\\epsilon)\s*/\s*" + MATRIX + NOT_SUBSCRIPTED,  # 1/V
+                r"\\[td]?frac\{[^{}]*\}\{" + MATRIX + r"\}",  # \frac{\varepsilon}{V}
+                r"\\(?:max|min)\(\s*-\s*" + MATRIX + r"\b",  # \max(-K, ...)
+            ]
+        ),
+        r"Q, K, V, O, P, Z are matrices: a vocabulary size is N_{\text{vocab}}, a clipping"
+        r" distance d_{\max}",
+        registered=(r"N_{\text{vocab}}", r"d_{\max}"),
+    ),
+    rule(
+        "vocabulary written V",
+        r"(?:\\\(|\$)V(?:\\\)|\$)\s+(?:logits|tokens|symbols|target tokens|classes)"
+        r"|vocabular(?:y|ies)\s+(?:size\s+|of\s+)?(?:\\\(|\$)V\b",
+        r"the vocabulary size is N_{\text{vocab}} (V is the values)",
+        scope="prose",
+        registered=r"N_{\text{vocab}}",
+    ),
+    rule(
+        "model width E used as a matrix",
+        "|".join(
+            [
+                ALONE + r"E\s*\^\{?\\top",  # E^\top
+                ALONE + r"E\s*=\s*I\b",  # E = I
+                ALONE
+                + r"E\s*(?:,\s*F\s*)?\\in\s*\\mathbb\{R\}\^\{[^}]*\\times",  # E, F in R^{r x n}
+                ALONE + r"E\s*[KV](?![A-Za-z_])",  # EK
+            ]
+        ),
+        r"E is the model width: Linformer's projections are U_K, U_V",
+        registered=r"\(U_K\)",
+    ),
+    rule(
+        "model width E used as a matrix (prose)",
+        r"matri(?:x|ces)\s+\\\(E\\\)",
+        r"E is the model width: Linformer's projections are U_K, U_V",
+        scope="prose",
+        registered=r"\(U_K\)",
+    ),
+    rule(
+        r"\tilde{O} without an online softmax",
+        r"\\tilde\{[oO]\}",
+        r"\tilde{O} is the online softmax's accumulator (its \ell nowhere on this page):"
+        r" an approximate output is \hat{O}",
+        unless_file_has=r"\\ell(?!_\{?[12]\b)",
+        registered=r"\(\hat{O}\)",
+    ),
+    rule(
+        "imaginary unit written i",
+        # e^{i m \theta}, e^{i (m - n) \theta_t}, x_0 + i x_1
+        r"e\^\{\s*(?:[^{}]*?[\s(+\-])?i\s*"
+        r"(?:\(|\\(?:theta|phi|omega|pi|varphi)\b|[a-z](?![A-Za-z_{]))"
+        r"|[+\-]\s*i\s*[a-z]_",
+        r"i is the query index: the imaginary unit is \mathrm{i}",
+        registered=r"\(\mathrm{i}\)",
+    ),
+    rule(
+        "scores written e",
+        ALONE + r"e_\{?i\s*,?\s*j\}?",
+        "the scores are z_ij (e_ij stays Bahdanau's, where his paper is quoted)",
+        unless=frozenset(BAHDANAU),
+        registered=r"\(z_{ij}\)",
+    ),
+    rule(
+        "entropy written H with a subscript",
+        "|".join(
+            [
+                ALONE + r"H_(?:\\[A-Za-z]+|\{\\[A-Za-z]+\})",  # H_\varepsilon
+                ALONE + r"H_(?!\{?kv\b|\{?q\b)(?:[a-z0-9]|\{[^{}]*\})\s*=\s*-",  # H_1 = -...
+            ]
+        ),
+        r"entropy is \mathcal{H} (H, H_kv, H_q count heads)",
+        registered=r"\(\mathcal{H}(p)\)",
+    ),
+    rule(
+        "ALiBi slope written m",
+        r"-\s*m\s*(?:\\[,;:! ]\s*)?(?:\(\s*i|\\lvert|\|)",
+        "ALiBi's slope is m_h, with its head (m is the running maximum)",
+        registered=r"\(m_h\)",
+    ),
+    rule(
+        "ALiBi slope written m (prose)",
+        r"slopes?\s+\\\(m\s*(?:=|\\\))",
+        "ALiBi's slope is m_h, with its head (m is the running maximum)",
+        scope="prose",
+        registered=r"\(m_h\)",
+    ),
 ]
 
 
@@ -250,10 +389,24 @@ class Finding:
         return f"{self.where}:{self.line}: {self.rule}: {self.text!r} ({self.fix})"
 
 
-def lint_text(where: str, text: str, first_line: int = 1) -> list[Finding]:
-    """Findings in prose ``text`` (Markdown with its code already removed)."""
+def file_math(text: str) -> str:
+    """All the formulas of prose ``text``, one after another."""
+    return "\n".join(formula for _, formula in math_segments(text))
+
+
+def lint_text(
+    where: str, text: str, first_line: int = 1, whole_file: str | None = None
+) -> list[Finding]:
+    """Findings in prose ``text`` (Markdown with its code already removed); the rules
+    that look at the whole file read ``whole_file``'s formulas (by default ``text``'s)."""
     findings = []
-    rules = [r for r in RULES if r.applies_to(where)]
+    everything = file_math(text) if whole_file is None else whole_file
+    rules = [
+        r
+        for r in RULES
+        if r.applies_to(where)
+        and not (r.unless_file_has is not None and r.unless_file_has.search(everything))
+    ]
     for line, formula in math_segments(text, first_line):
         for r in (r for r in rules if r.scope == "math"):
             for match in r.pattern.finditer(formula):
@@ -305,8 +458,10 @@ def lint_tutorial(where: str, source: str) -> list[Finding]:
 
 def lint_module(where: str, source: str) -> list[Finding]:
     findings = []
-    for first_line, text in docstrings(source):
-        findings += lint_text(where, prose(text), first_line)
+    texts = [(first_line, prose(text)) for first_line, text in docstrings(source)]
+    whole = "\n".join(file_math(text) for _, text in texts)
+    for first_line, text in texts:
+        findings += lint_text(where, text, first_line, whole_file=whole)
     return findings + lint_every_line(where, source)
 
 
@@ -391,6 +546,18 @@ the width \(E_{ctx}\)
 $$\operatorname{CrossAttention}(Y, Z), \qquad Z \in \mathbb{R}^{S \times E}$$
 scaled by \(1/(1-p)\)
 linear attention: \(O(n M D_v)\), an \(M \times D_v\) state, \(M = D\)
+a vocabulary of \(V = 52\) symbols, chance \(\ln V\), clipped at \(K\), \(2K + 1\)
+the read-out gives \(V\) logits
+matrices \(E\) and \(F\): \(\operatorname{softmax}(Q (EK)^\top) FV\), exact for \(E = I\)
+\(x_0 + i x_1\) turned by \(e^{i m \theta}\), pair \(i\) by \(e^{i (m - n) \theta_i}\)
+the scores \(e_{ij} = q_i \cdot k_j\)
+$$H_\varepsilon = -(1 - \varepsilon) \ln (1 - \varepsilon)$$
+ALiBi adds \(-m\,(i - j)\), \(- m \lvert i - j \rvert\), with slope \(m = 1/2\)
+"""
+# An approximate output written with the online softmax's tilde, on a page without
+# that softmax (an l2 norm is not its denominator).
+SYNTHETIC_APPROXIMATE = r"""
+the error of an output \(\tilde{O}\), \(\lVert \tilde{O} - O \rVert\), \(\ell_2\)-normalised
 """
 SYNTHETIC_CROSS = r"""
 with \(Z \in \mathbb{R}^{S \times C}\), width \(C = 8\)
@@ -407,6 +574,11 @@ s = q @ k.T  # s_j, S_{ij}, \partial \ell, H(p), d_k: code may say anything
 \(\partial \mathcal{L} / \partial V\), \(\mathcal{H}(p)\), \(H_{kv} = H\), \(n^2 D\),
 \(W s_{i-1} + U h_j\), \(\Pi X\), \(p_{ij}\), \(E_{\text{ctx}}\), \(N_{\text{layers}}\),
 \(1/(1 - p_{\text{drop}})\), \(D_\phi \times D_v\), \(Z = Q K^\top \cdot \text{scale}\)
+\(E = H D\), \(W \in \mathbb{R}^{E \times E}\), \((B, L, E)\), \(O(n^2 D)\), \(O(LSD)\),
+\(N_{\text{vocab}} = 52\), \(\ln N_{\text{vocab}}\), \(2 d_{\max} + 1\), \(K^\top\),
+\(U_K K\), \(\hat{O} - O\), \(e^{\mathrm{i} m \theta_t}\), \(x_0 + \mathrm{i}\, x_1\),
+\(z_{ij}\), \(e^{z_i - m_i}\), \(\mathcal{H}_\varepsilon\), \(H_{kv} = 2\), \(H_q = 8\),
+\(-m_h\,(i - j)\), slope \(m_h = 1/2\), \((m - m')\), \(e^{m - m'}\)
 """
 
 
@@ -417,6 +589,7 @@ def test_every_rule_flags_its_retired_use():
         "# %% [markdown]\n" + "\n".join(f"# {line}" for line in SYNTHETIC_CROSS.split("\n")),
     )
     findings += lint_tutorial("docs/tutorials/99_synthetic.py", "# %%\n" + SYNTHETIC_LABEL)
+    findings += lint_markdown("docs/synthetic_approximate.md", SYNTHETIC_APPROXIMATE)
     flagged = {f.rule for f in findings}
     missing = [r.name for r in RULES if r.name not in flagged]
     assert not missing, f"rules that flag nothing in their own example: {missing}"
@@ -430,6 +603,12 @@ def test_code_and_allowed_uses_are_not_flagged():
     # d_k is allowed where the paper is mapped, C outside cross-attention pages.
     assert lint_markdown("docs/concepts/notation.md", r"the paper's \(d_k\)") == []
     assert lint_markdown("docs/concepts/variants.md", r"chunks of \(C\) rows") == []
+    # Bahdanau's e_ij where his paper is quoted; the online softmax's tilde beside its ell.
+    quoted = r"\(e_{ij} = v^\top \tanh(W s_{i-1} + U h_j)\)"
+    assert lint_markdown("docs/concepts/similarity-to-attention.md", quoted) == []
+    assert [f.rule for f in lint_markdown("docs/synthetic.md", quoted)] == ["scores written e"]
+    online = r"\(\tilde{O}\) and its \(\ell\), and at the end \(O = \tilde{O} / \ell\)"
+    assert lint_markdown("docs/synthetic.md", online) == []
     # A tutorial's code cells are code; its Markdown cells are prose.
     tutorial = "# %%\nH = 2  # H(p) = entropy? no: heads\n# %% [markdown]\n# \\(H(p)\\)\n"
     assert [(f.line, f.rule) for f in lint_tutorial("docs/tutorials/99_x.py", tutorial)] == [
@@ -441,3 +620,16 @@ def test_docstring_lines_are_the_file_lines():
     source = 'def f():\n    r"""Sum.\n\n    $$H(p) = 0$$\n    """\n'
     [finding] = lint_module("attention/x.py", source)
     assert (finding.line, finding.text) == (4, "H(p")
+
+
+def test_the_reserved_letters_point_to_the_notation_page():
+    # Each rule on a reserved letter asks for a symbol the notation page defines.
+    notation = (ROOT / NOTATION).read_text(encoding="utf-8")
+    registered = {r.name: r.registered for r in RULES if r.registered}
+    assert len(registered) >= 10
+    missing = {
+        name: [symbol for symbol in symbols if symbol not in notation]
+        for name, symbols in registered.items()
+        if any(symbol not in notation for symbol in symbols)
+    }
+    assert not missing, f"symbols the notation page does not define: {missing}"
