@@ -171,10 +171,7 @@ def causal_bias_mask(bias: CausalBias, L: int, S: int, device: torch.device) -> 
     ``causal_upper_left`` is top-left aligned, ``causal_lower_right`` bottom-right; the
     bias must have been made for these ``L`` and ``S``.
     """
-    offset = check_causal_bias(bias, L, S)
-    # The same rule as attention.masks.causal_mask (not imported: masks imports this module).
-    rows = torch.arange(L, device=device).unsqueeze(-1) + offset
-    return torch.arange(S, device=device) <= rows
+    return causal_keep_mask(L, S, check_causal_bias(bias, L, S), device)
 
 
 def check_mask_or_causal(attn_mask: object, is_causal: object) -> bool:
@@ -282,3 +279,159 @@ def broadcast(*shapes: Sequence[int]) -> bool:
     except ValueError:
         return False
     return True
+
+
+def check_query_key_value(
+    query: object, key: object, value: object, enable_gqa: bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    """`check_query_key` and `check_value` together, as every kernel calls them."""
+    query, key = check_query_key(query, key, enable_gqa)
+    value = check_value(value, key, enable_gqa, query.shape[-3] if enable_gqa else 0)
+    return query, key, value
+
+
+def check_choice(name: str, value: object, choices: Sequence[object]) -> None:
+    """Require one of a few allowed values (a layout, a mode)."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}; got {value!r}")
+
+
+def check_key_padding_mask(
+    key_padding_mask: object, B: int, S: int, dtype: torch.dtype, *, shape: str = "(B, S)"
+) -> Tensor:
+    """Require a ``(B, S)`` key padding mask as ``torch.nn.MultiheadAttention`` takes it.
+
+    Bool (True marks a padding key, PyTorch's meaning) or ``dtype``, the query's (added
+    to the scores). Returned in this package's convention, ``(B, 1, 1, S)`` to broadcast
+    over heads and queries: a bool keep-mask (True = may attend) or the float bias.
+    """
+    if not isinstance(key_padding_mask, Tensor):
+        raise TypeError(
+            "key_padding_mask must be a torch.Tensor or None; "
+            f"got {type(key_padding_mask).__name__}"
+        )
+    if tuple(key_padding_mask.shape) != (B, S):
+        raise ValueError(
+            f"key_padding_mask must have shape {shape} = ({B}, {S}); "
+            f"got {shape_str(key_padding_mask)}"
+        )
+    if key_padding_mask.dtype == torch.bool:
+        keep = ~key_padding_mask  # True = may attend, the package convention
+    elif key_padding_mask.dtype == dtype:
+        keep = key_padding_mask
+    else:
+        raise TypeError(
+            f"key_padding_mask must be bool (True = padding) or {dtype}; "
+            f"got {key_padding_mask.dtype}"
+        )
+    return keep[:, None, None, :]  # (B, 1, 1, S)
+
+
+def causal_keep_mask(L: int, S: int, offset: int, device: torch.device | str | None) -> Tensor:
+    """The bool ``(L, S)`` causal mask: key ``j`` visible to query ``i`` when ``j <= i + offset``.
+
+    The one construction behind `attention.masks.causal_mask` (``offset`` 0 or
+    ``S - L``) and the mask a ``CausalBias`` stands for.
+    """
+    rows = torch.arange(L, device=device).unsqueeze(-1) + offset  # (L, 1)
+    return torch.arange(S, device=device) <= rows  # (L, S)
+
+
+def check_buckets(
+    num_buckets: object, max_distance: object, bidirectional: object
+) -> tuple[int, int, int, int]:
+    """T5 bucket settings, checked: ``(num_buckets, max_distance, per side, exact)``."""
+    num_buckets = check_size("num_buckets", num_buckets, minimum=1)
+    max_distance = check_size("max_distance", max_distance, minimum=1)
+    if not isinstance(bidirectional, bool):
+        raise TypeError(f"bidirectional must be a bool; got {type(bidirectional).__name__}")
+    side = num_buckets // 2 if bidirectional else num_buckets  # buckets per side
+    if num_buckets % 2 or side < 2:
+        raise ValueError(
+            f"num_buckets must be even and give at least 2 buckets per side; got {num_buckets}"
+            + (" (bidirectional: half for each side)" if bidirectional else "")
+        )
+    exact = side // 2  # distances 0 .. exact - 1 get a bucket each
+    if max_distance <= exact:
+        raise ValueError(
+            f"max_distance must exceed the {exact} distances that get a bucket each "
+            f"(num_buckets={num_buckets}); got {max_distance}"
+        )
+    return num_buckets, max_distance, side, exact
+
+
+def check_base(base: object) -> float:
+    if isinstance(base, bool) or not isinstance(base, Real):
+        raise TypeError(f"base must be a real number; got {type(base).__name__}")
+    if not (math.isfinite(float(base)) and float(base) > 0):
+        raise ValueError(f"base must be finite and > 0; got {base}")
+    return float(base)
+
+
+def check_dtype(dtype: object) -> torch.dtype:
+    if dtype is None:
+        return torch.get_default_dtype()
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype or None; got {dtype}")
+    return dtype
+
+
+def check_positions(positions: object, x: Tensor) -> Tensor:
+    if not isinstance(positions, Tensor):
+        raise TypeError(
+            f"positions must be an integer tensor or None; got {type(positions).__name__}"
+        )
+    if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+        raise TypeError(f"positions must have an integer dtype; got {positions.dtype}")
+    if positions.device != x.device:
+        raise ValueError(f"positions must be on x's device {x.device}; got {positions.device}")
+    target = tuple(x.shape[:-1])
+    if positions.ndim == 0 or not broadcasts_to(tuple(positions.shape), target):
+        raise ValueError(
+            f"positions must broadcast to x's leading dimensions (..., L) = {target}; "
+            f"got shape {shape_str(positions)} for x {shape_str(x)}"
+        )
+    return positions
+
+
+def check_labels(name: str, labels: Sequence[str] | None, n: int, what: str) -> list[str] | None:
+    """Require ``None`` or exactly ``n`` labels; return them as strings."""
+    if labels is None:
+        return None
+    if isinstance(labels, str):
+        raise TypeError(f"{name} must be a sequence of strings, one per {what}; got a single str")
+    labels = [str(label) for label in labels]
+    if len(labels) != n:
+        raise ValueError(f"{name} must have one label per {what}: expected {n}; got {len(labels)}")
+    return labels
+
+
+def check_non_negative(minimum: float) -> None:
+    if minimum < 0:
+        raise ValueError(
+            "weights must be non-negative (probabilities, not scores); "
+            f"got a minimum of {minimum:.4g}"
+        )
+
+
+def check_projection(name: str, projection: object, query: Tensor, S: int) -> Tensor:
+    projection = check_tensor(name, projection, min_ndim=2)
+    check_same_dtype_and_device(query=query, **{name: projection})
+    if projection.shape[-1] != S or projection.shape[-2] < 1:
+        raise ValueError(
+            f"{name} must be (..., r, S) with S = {S} keys and r >= 1 rows; "
+            f"got {name} {shape_str(projection)}"
+        )
+    return projection
+
+
+def check_features_projection(projection: object, x: Tensor) -> Tensor:
+    projection = check_tensor("projection", projection, min_ndim=2)
+    check_same_dtype_and_device(x=x, projection=projection)
+    D = x.shape[-1]
+    if projection.ndim != 2 or projection.shape[1] != D or projection.shape[0] < 1:
+        raise ValueError(
+            f"projection must be (num_features, D) with D = {D} and num_features >= 1; "
+            f"got projection {shape_str(projection)}"
+        )
+    return projection

@@ -58,7 +58,8 @@ import torch
 from torch import Tensor
 
 from attention._checks import broadcast_shapes
-from attention.functional import working_dtype
+from attention._heads import group_heads, ungroup_heads
+from attention.functional import _masked_softmax, _working_dtype
 
 # On a CPU, PyTorch's vectorised float32 exp falls back to a scalar loop for any
 # argument below about -87 (where e^x leaves the normal float range), and a masked
@@ -214,60 +215,27 @@ def tiled_attention(
 ) -> Tensor:
     """Run the tiled loop on validated inputs; differentiable with respect to all four.
 
-    Nothing is copied to make shapes meet. Leading dimensions that broadcast (keys
+    Nothing is copied to make shapes meet, except key and value heads whose counts
+    differ (6 query, 2 key, 3 value heads): those are first repeated to a common count
+    (``_heads.share_heads``). Leading dimensions that broadcast (keys
     shared by every head, batch 1 against batch B) broadcast inside each block's matrix
     products, and their gradients are summed back to the input's shape. Grouped-query
     attention views the ``H`` query heads as ``(Hkv, H / Hkv)`` and each key/value head
     as ``(Hkv, 1)``: the group axis broadcasts, so a shared head is read, not repeated.
     """
-    compute_dtype = working_dtype(query.dtype)  # float16/bfloat16 compute in float32
+    compute_dtype = _working_dtype(query.dtype)  # float16/bfloat16 compute in float32
     dtype = query.dtype
     query, key, value = (t.to(compute_dtype) for t in (query, key, value))
     if attn_mask is not None and attn_mask.dtype != torch.bool:
         attn_mask = attn_mask.to(compute_dtype)
-    if enable_gqa:
-        key, value = share_heads(key, value)
-        Hkv = key.shape[-3]
-        group = query.shape[-3] // Hkv
-        query = query.unflatten(-3, (Hkv, group))  # type: ignore[no-untyped-call]  # (..., Hkv, G, L, D)
-        key, value = key.unsqueeze(-3), value.unsqueeze(-3)  # (..., Hkv, 1, S, ·)
-        attn_mask = _group_heads(attn_mask, Hkv, group)
+    query, key, value, attn_mask = group_heads(query, key, value, attn_mask, enable_gqa)
     # Where only the value has a leading axis (3 values of one query and key, say), the
     # scores of a block would be updated in place at a shape they lack: the query is
     # broadcast to every leading axis first (a view; autograd sums it back).
     batch = broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
     query = query.expand(*batch, *query.shape[-2:])
     out, _ = _TiledAttention.apply(query, key, value, attn_mask, schedule, scale)  # type: ignore[no-untyped-call]
-    if enable_gqa:
-        out = out.flatten(-4, -3)  # (..., Hkv, G, L, Dv) -> (..., H, L, Dv)
-    return out.to(dtype)  # type: ignore[no-any-return]
-
-
-def share_heads(key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
-    """Key and value heads ``(..., Hk, S, ·)``, ``(..., Hv, S, ·)`` on one grouping.
-
-    PyTorch lets ``Hk`` and ``Hv`` differ (each dividing ``H``): query head ``h`` reads
-    key head ``h // (H / Hk)`` and value head ``h // (H / Hv)``. One grouping serves
-    both with ``lcm(Hk, Hv)`` heads (it divides ``H``), each key head repeated
-    ``lcm / Hk`` times and each value head ``lcm / Hv`` times: a copy, made only where
-    the counts differ. (``h // (H / lcm) // (lcm / Hk) == h // (H / Hk)``.)
-    """
-    Hk, Hv = key.shape[-3], value.shape[-3]
-    if Hk == Hv:
-        return key, value
-    heads = math.lcm(Hk, Hv)
-    key = key.repeat_interleave(heads // Hk, dim=-3)  # (..., lcm, S, D)
-    value = value.repeat_interleave(heads // Hv, dim=-3)  # (..., lcm, S, Dv)
-    return key, value
-
-
-def _group_heads(mask: Tensor | None, Hkv: int, group: int) -> Tensor | None:
-    """A mask over ``(..., H, L, S)`` viewed over ``(..., Hkv, G, L, S)``."""
-    if mask is None or mask.ndim < 3:
-        return mask  # no head axis: it broadcasts over both
-    if mask.shape[-3] == 1:
-        return mask.unsqueeze(-3)
-    return mask.unflatten(-3, (Hkv, group))  # type: ignore[no-untyped-call,no-any-return]
+    return ungroup_heads(out, enable_gqa).to(dtype)
 
 
 class _TiledAttention(torch.autograd.Function):
@@ -417,8 +385,6 @@ def _dense_backward(
     so autograd can differentiate this gradient again, and under ``torch.func`` every
     operation here has a batching rule.
     """
-    from attention.functional import masked_softmax  # functional imports this module
-
     scale, needs = ctx.scale, ctx.needs_input_grad
     scores = (query @ key.transpose(-2, -1)) * scale  # (..., L, S)
     if attn_mask is not None and attn_mask.dtype == torch.bool:
@@ -426,7 +392,7 @@ def _dense_backward(
     elif attn_mask is not None:
         scores = scores + attn_mask
     keep = dense_mask(ctx.schedule, scores.device)
-    p = masked_softmax(scores.masked_fill(~keep, float("-inf")))  # (..., L, S)
+    p = _masked_softmax(scores.masked_fill(~keep, float("-inf")))  # (..., L, S)
     grad_p = grad_out @ value.transpose(-2, -1)  # (..., L, S)
     grad_s = p * (grad_p - (grad_p * p).sum(dim=-1, keepdim=True))
     return (
@@ -453,8 +419,6 @@ def _dense_jvp(
     $\dot P = P \odot (\dot Z - \operatorname{rowsum}(P \odot \dot Z))$ and
     $\dot O = \dot P V + P \dot V$. Ordinary tensor operations, so ``vmap`` batches them.
     """
-    from attention.functional import masked_softmax  # functional imports this module
-
     d_query, d_key, d_value, d_mask = tangents
     scores = (query @ key.transpose(-2, -1)) * scale  # (..., L, S)
     if attn_mask is not None and attn_mask.dtype == torch.bool:
@@ -462,7 +426,7 @@ def _dense_jvp(
     elif attn_mask is not None:
         scores = scores + attn_mask
     keep = dense_mask(schedule, scores.device)
-    p = masked_softmax(scores.masked_fill(~keep, float("-inf")))  # (..., L, S)
+    p = _masked_softmax(scores.masked_fill(~keep, float("-inf")))  # (..., L, S)
     d_scores = torch.zeros_like(p)
     if d_query is not None:
         d_scores = d_scores + (d_query @ key.transpose(-2, -1)) * scale

@@ -48,17 +48,17 @@ from torch import Tensor
 
 from attention._checks import (
     broadcast,
+    check_features_projection,
     check_flag,
-    check_query_key,
-    check_same_dtype_and_device,
+    check_projection,
+    check_query_key_value,
     check_scale,
     check_size,
     check_tensor,
-    check_value,
     shape_str,
 )
 from attention.efficient import linear_attention
-from attention.functional import default_scale, working_dtype
+from attention.functional import _working_dtype, default_scale
 
 __all__ = [
     "favor_features",
@@ -126,13 +126,12 @@ def linformer_attention(
         >>> linformer_attention(q, k, v, pairs).shape
         torch.Size([2, 16, 8])
     """
-    query, key = check_query_key(query, key, enable_gqa=False)
-    value = check_value(value, key, enable_gqa=False)
+    query, key, value = check_query_key_value(query, key, value, enable_gqa=False)
     S = key.shape[-2]
-    e = _check_projection("projection", projection, query, S)
+    e = check_projection("projection", projection, query, S)
     f = e
     if value_projection is not None:
-        f = _check_projection("value_projection", value_projection, query, S)
+        f = check_projection("value_projection", value_projection, query, S)
         if f.shape[-2] != e.shape[-2]:
             raise ValueError(
                 "projection and value_projection must have the same number of rows r (one "
@@ -149,22 +148,11 @@ def linformer_attention(
             f"broadcast ((..., L, D), (..., S, D), (..., S, Dv), (..., r, S)); got {shapes}"
         )
     scale = default_scale(query, check_scale(scale))
-    dtype = working_dtype(query.dtype)
+    dtype = _working_dtype(query.dtype)
     q, k, v = query.to(dtype), key.to(dtype), value.to(dtype)
     k_r, v_r = e.to(dtype) @ k, f.to(dtype) @ v  # (..., r, D), (..., r, Dv)
     weights = torch.softmax(scale * (q @ k_r.transpose(-2, -1)), dim=-1)  # (..., L, r)
     return (weights @ v_r).to(query.dtype)
-
-
-def _check_projection(name: str, projection: object, query: Tensor, S: int) -> Tensor:
-    projection = check_tensor(name, projection, min_ndim=2)
-    check_same_dtype_and_device(query=query, **{name: projection})
-    if projection.shape[-1] != S or projection.shape[-2] < 1:
-        raise ValueError(
-            f"{name} must be (..., r, S) with S = {S} keys and r >= 1 rows; "
-            f"got {name} {shape_str(projection)}"
-        )
-    return projection
 
 
 def random_features(
@@ -299,12 +287,11 @@ def performer_attention(
         >>> error(4096) < error(64) / 4
         True
     """
-    query, key = check_query_key(query, key, enable_gqa=False)
-    value = check_value(value, key, enable_gqa=False)
+    query, key, value = check_query_key_value(query, key, value, enable_gqa=False)
     check_flag("is_causal", is_causal)
-    projection = _check_features_projection(projection, query)
+    projection = check_features_projection(projection, query)
     scale = default_scale(query, check_scale(scale))
-    dtype = working_dtype(query.dtype)
+    dtype = _working_dtype(query.dtype)
     # scale q.k = (sign * root * q).(root * k): a negative scale negates the query side.
     root = math.sqrt(abs(scale))
     sign = -1.0 if scale < 0 else 1.0
@@ -365,20 +352,8 @@ def favor_features(x: Tensor, projection: Tensor) -> Tensor:
         (1.0513, True)
     """
     x = check_tensor("x", x, min_ndim=1)
-    w = _check_features_projection(projection, x)
+    w = check_features_projection(projection, x)
     return torch.exp(_log_features(x, w)) / math.sqrt(w.shape[0])
-
-
-def _check_features_projection(projection: object, x: Tensor) -> Tensor:
-    projection = check_tensor("projection", projection, min_ndim=2)
-    check_same_dtype_and_device(x=x, projection=projection)
-    D = x.shape[-1]
-    if projection.ndim != 2 or projection.shape[1] != D or projection.shape[0] < 1:
-        raise ValueError(
-            f"projection must be (num_features, D) with D = {D} and num_features >= 1; "
-            f"got projection {shape_str(projection)}"
-        )
-    return projection
 
 
 def nystrom_attention(
@@ -437,8 +412,7 @@ def nystrom_attention(
         >>> nystrom_attention(q, k, v, 8).shape
         torch.Size([32, 8])
     """
-    query, key = check_query_key(query, key, enable_gqa=False)
-    value = check_value(value, key, enable_gqa=False)
+    query, key, value = check_query_key_value(query, key, value, enable_gqa=False)
     L, S = query.shape[-2], key.shape[-2]
     m = check_size("num_landmarks", num_landmarks, minimum=1)
     if m > min(L, S):
@@ -447,7 +421,7 @@ def nystrom_attention(
             f"(query {shape_str(query)}, key {shape_str(key)})"
         )
     scale = default_scale(query, check_scale(scale))
-    dtype = working_dtype(query.dtype)
+    dtype = _working_dtype(query.dtype)
     q, k, v = query.to(dtype), key.to(dtype), value.to(dtype)
     q_land, k_land = _segment_means(q, m), _segment_means(k, m)  # (..., m, D)
 

@@ -81,21 +81,22 @@ from torch import Tensor
 
 from attention._checks import (
     broadcast_shapes,
+    check_choice,
     check_flag,
-    check_query_key,
+    check_key_padding_mask,
+    check_query_key_value,
     check_scale,
-    check_value,
     shape_str,
 )
+from attention._heads import group_heads, ungroup_heads
 from attention._tiled import (
     Band,
     make_schedule,
     merge_partials,
-    share_heads,
     tiled_backward,
     tiled_forward,
 )
-from attention.functional import default_scale, working_dtype
+from attention.functional import _working_dtype, default_scale
 
 __all__ = [
     "Traffic",
@@ -194,7 +195,7 @@ def unshard_sequence(
         >>> torch.equal(unshard_sequence(shards, layout="zigzag"), x)
         True
     """
-    _check_layout(layout)
+    check_choice("layout", layout, LAYOUTS)
     world_size = len(shards)
     chunks: dict[int, Tensor] = {}
     for rank, shard in enumerate(shards):
@@ -235,7 +236,7 @@ def gather_sequence(
         [0, 1, 2, 3]
         >>> dist.destroy_process_group()
     """
-    _check_layout(layout)
+    check_choice("layout", layout, LAYOUTS)
     shards = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
     dist.all_gather(shards, x.contiguous(), group=group)
     _record("all_gather", sent=_bytes(x), received=_bytes(x) * (len(shards) - 1))
@@ -243,7 +244,7 @@ def gather_sequence(
 
 
 def _chunks(x: Tensor, world_size: int, layout: Layout, dim: int) -> tuple[Tensor, ...]:
-    _check_layout(layout)
+    check_choice("layout", layout, LAYOUTS)
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an int >= 1; got {world_size!r}")
     count = world_size * len(chunk_ids(0, world_size, layout))
@@ -254,11 +255,6 @@ def _chunks(x: Tensor, world_size: int, layout: Layout, dim: int) -> tuple[Tenso
             f"{layout!r}; pad it to a multiple of {count}"
         )
     return x.chunk(count, dim=dim)
-
-
-def _check_layout(layout: object) -> None:
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}; got {layout!r}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -741,7 +737,7 @@ def ring_attention(
         layout,
         group,
     )
-    q, k, v, mask = _group_heads(q, k, v, mask, enable_gqa)
+    q, k, v, mask = group_heads(q, k, v, mask, enable_gqa)
     out = _apply(_RingAttention, q, k, v, mask, spec, layout, group)
     return _finish(out, query, enable_gqa)
 
@@ -814,7 +810,7 @@ def all_gather_attention(
     world = dist.get_world_size(group)
     k_all, v_all = _apply(_AllGather, k, group), _apply(_AllGather, v, group)
     mask_all = None if mask is None else _gather_keys_mask(mask, group)
-    q, k_all, v_all, mask_all = _group_heads(q, k_all, v_all, mask_all, enable_gqa)
+    q, k_all, v_all, mask_all = group_heads(q, k_all, v_all, mask_all, enable_gqa)
     blocks = tuple(chunk_ids(rank, world, layout) for rank in range(world))
     out = _apply(_LocalAttention, q, k_all, v_all, mask_all, spec, blocks)
     return _finish(out, query, enable_gqa)
@@ -891,13 +887,12 @@ def ulysses_attention(
     world = dist.get_world_size(group)
     q_h, k_h, v_h = (_apply(_SequenceToHeads, t, group) for t in (q, k, v))  # (B, H/W, N, ·)
     mask_all = None if mask is None else _gather_keys_mask(mask, group)
-    q_h, k_h, v_h, mask_all = _group_heads(q_h, k_h, v_h, mask_all, enable_gqa)
+    q_h, k_h, v_h, mask_all = group_heads(q_h, k_h, v_h, mask_all, enable_gqa)
     blocks = tuple(chunk_ids(rank, world, layout) for rank in range(world))
     all_chunks = tuple(i for ids in blocks for i in ids)
     full = _Blocks(spec.causal, spec.scale, all_chunks, spec.chunk)
     out_h = _apply(_LocalAttention, q_h, k_h, v_h, mask_all, full, blocks)
-    if enable_gqa:
-        out_h = out_h.flatten(1, 2)  # (B, Hkv, G, N, Dv) -> (B, H/W, N, Dv)
+    out_h = ungroup_heads(out_h, enable_gqa)  # (B, H/W, N, Dv)
     out = _apply(_HeadsToSequence, out_h, group)  # (B, H, n, Dv)
     return out.to(query.dtype)
 
@@ -974,7 +969,7 @@ def _prepare(
         query_chunks=chunk_ids(dist.get_rank(group), world, layout),
         chunk=n // parts,
     )
-    dtype = working_dtype(query.dtype)
+    dtype = _working_dtype(query.dtype)
     q, k, v = (t.to(dtype) for t in (query, key, value))
     return q, k, v, mask, spec  # mask: keep-mask (B, 1, 1, n)
 
@@ -993,9 +988,8 @@ def _check_call(
 ) -> float:
     """What this rank alone can check of its arguments; returns the scale to apply."""
     check_flag("is_causal", is_causal)
-    _check_layout(layout)
-    query, key = check_query_key(query, key, enable_gqa)
-    value = check_value(value, key, enable_gqa, query.shape[-3] if enable_gqa else 0)
+    check_choice("layout", layout, LAYOUTS)
+    query, key, value = check_query_key_value(query, key, value, enable_gqa)
     for name, t in (("query", query), ("key", key), ("value", value)):
         if t.ndim != 4:
             raise ValueError(
@@ -1009,16 +1003,8 @@ def _check_call(
         )
     B, n = query.shape[0], query.shape[-2]
     if key_padding_mask is not None:
-        if not isinstance(key_padding_mask, Tensor) or key_padding_mask.dtype != torch.bool:
-            raise TypeError(
-                "key_padding_mask must be a bool tensor (True marks padding); got "
-                f"{getattr(key_padding_mask, 'dtype', type(key_padding_mask).__name__)}"
-            )
-        if tuple(key_padding_mask.shape) != (B, n):
-            raise ValueError(
-                f"key_padding_mask must be (B, n / W) = ({B}, {n}), this rank's keys; got "
-                f"{shape_str(key_padding_mask)}"
-            )
+        check_key_padding_mask(key_padding_mask, B, n, query.dtype, shape="(B, n / W)")
+        _check_bool_key_padding_mask(key_padding_mask)
     parts = len(chunk_ids(0, world, layout))
     if n % parts:
         raise ValueError(
@@ -1037,26 +1023,8 @@ def _check_call(
     return default_scale(query, check_scale(scale))
 
 
-def _group_heads(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, enable_gqa: bool
-) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-    """Grouped-query heads as the tiled loop takes them (see `tiled_attention`).
-
-    Query ``(B, H, n, D)`` is viewed ``(B, Hkv, G, n, D)`` and key and value
-    ``(B, Hkv, 1, n, ·)``: each key/value head broadcasts over its group, unrepeated.
-    """
-    if not enable_gqa:
-        return q, k, v, mask
-    k, v = share_heads(k, v)  # key and value head counts may differ, as in PyTorch
-    Hkv = k.shape[1]
-    q = q.unflatten(1, (Hkv, q.shape[1] // Hkv))  # type: ignore[no-untyped-call]  # (B, Hkv, G, n, D)
-    return q, k.unsqueeze(2), v.unsqueeze(2), None if mask is None else mask.unsqueeze(2)
-
-
 def _finish(out: Tensor, query: Tensor, enable_gqa: bool) -> Tensor:
-    if enable_gqa:
-        out = out.flatten(1, 2)  # (B, Hkv, G, n, Dv) -> (B, H, n, Dv)
-    return out.to(query.dtype)
+    return ungroup_heads(out, enable_gqa).to(query.dtype)  # (B, H, n, Dv)
 
 
 _STRATEGIES = ("ring_attention", "all_gather_attention", "ulysses_attention")
@@ -1146,6 +1114,19 @@ def _shape_fields(t: object) -> tuple[int, ...]:
     if not isinstance(t, Tensor) or t.ndim != 4:
         return (-1,) * 4
     return tuple(min(size, 2**31 - 1) for size in t.shape)
+
+
+def _check_bool_key_padding_mask(key_padding_mask: Tensor) -> None:
+    """Sequence-parallel attention takes a bool key padding mask only, not a float one.
+
+    Its kernels treat the gathered padding as a keep-mask; a float bias is refused
+    rather than read wrongly.
+    """
+    if key_padding_mask.dtype != torch.bool:
+        raise TypeError(
+            "key_padding_mask must be bool (True marks padding) for sequence-parallel "
+            f"attention, which does not take a float mask; got {key_padding_mask.dtype}"
+        )
 
 
 def _check_same_call_everywhere(

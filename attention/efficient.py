@@ -54,15 +54,14 @@ from attention._checks import (
     check_causal_bias,
     check_flag,
     check_mask_or_causal,
-    check_query_key,
+    check_query_key_value,
     check_scale,
     check_size,
-    check_value,
     is_causal_bias,
     shape_str,
 )
 from attention._tiled import Band, make_schedule, tiled_attention
-from attention.functional import default_scale, scores_shape, working_dtype
+from attention.functional import _scores_shape, _working_dtype, default_scale
 from attention.masks import CausalAlignment, check_layout
 
 __all__ = [
@@ -152,7 +151,8 @@ def flash_attention(
         >>> torch.allclose(out, expected, atol=1e-6)
         True
     """
-    query, key, value, scale = _check_qkv_and_scale(query, key, value, scale, enable_gqa)
+    query, key, value = check_query_key_value(query, key, value, enable_gqa)
+    scale = default_scale(query, check_scale(scale))
     block_q = check_size("block_q", block_q, minimum=1)
     block_k = check_size("block_k", block_k, minimum=1)
     is_causal = check_mask_or_causal(attn_mask, is_causal)
@@ -162,7 +162,7 @@ def flash_attention(
         offset = check_causal_bias(attn_mask, L, S)
         band, attn_mask = Band(low=0, high=None, offset=offset), None
     if attn_mask is not None:
-        attn_mask = check_attn_mask(attn_mask, scores_shape(query, key, enable_gqa), query)
+        attn_mask = check_attn_mask(attn_mask, _scores_shape(query, key, enable_gqa), query)
     schedule = make_schedule(L, S, block_q, block_k, band=band)
     return tiled_attention(query, key, value, attn_mask, schedule, scale, enable_gqa)
 
@@ -234,7 +234,8 @@ def sliding_window_attention(
         >>> torch.allclose(sliding_window_attention(q, k, v, window=1), v)
         True
     """
-    query, key, value, scale = _check_qkv_and_scale(query, key, value, scale, enable_gqa)
+    query, key, value = check_query_key_value(query, key, value, enable_gqa)
+    scale = default_scale(query, check_scale(scale))
     window = check_size("window", window, minimum=1)
     block_size = check_size("block_size", block_size, minimum=1)
     check_flag("causal", causal)
@@ -313,7 +314,8 @@ def block_sparse_attention(
         >>> f"{layout.float().mean():.2f} of the blocks computed"
         '0.47 of the blocks computed'
     """
-    query, key, value, scale = _check_qkv_and_scale(query, key, value, scale, enable_gqa)
+    query, key, value = check_query_key_value(query, key, value, enable_gqa)
+    scale = default_scale(query, check_scale(scale))
     L, S = query.shape[-2], key.shape[-2]
     check_layout(layout, block_size, L, S)
     check_flag("is_causal", is_causal)
@@ -398,15 +400,14 @@ def linear_attention(
         >>> torch.allclose(out, quadratic, atol=1e-5)
         True
     """
-    query, key = check_query_key(query, key, enable_gqa=False)
-    value = check_value(value, key, enable_gqa=False)
+    query, key, value = check_query_key_value(query, key, value, enable_gqa=False)
     if isinstance(eps, bool) or not isinstance(eps, Real):
         raise TypeError(f"eps must be a real number; got {type(eps).__name__}")
     if not (math.isfinite(eps) and eps >= 0):
         raise ValueError(f"eps must be finite and >= 0; got {eps}")
     chunk_size = check_size("chunk_size", chunk_size, minimum=1)
     check_flag("is_causal", is_causal)
-    compute_dtype = working_dtype(query.dtype)  # float16/bfloat16 compute in float32
+    compute_dtype = _working_dtype(query.dtype)  # float16/bfloat16 compute in float32
     phi = _elu_plus_one if feature_map is None else feature_map
     q, k = _apply_feature_map(phi, query.to(compute_dtype), key.to(compute_dtype))
     v = value.to(compute_dtype)
@@ -466,11 +467,3 @@ def _apply_feature_map(
             f"got φ(query) {shape_str(q)}, φ(key) {shape_str(k)}"
         )
     return q, k
-
-
-def _check_qkv_and_scale(
-    query: Tensor, key: Tensor, value: Tensor, scale: float | None, enable_gqa: bool
-) -> tuple[Tensor, Tensor, Tensor, float]:
-    query, key = check_query_key(query, key, enable_gqa)
-    value = check_value(value, key, enable_gqa, query.shape[-3] if enable_gqa else 0)
-    return query, key, value, default_scale(query, check_scale(scale))

@@ -35,9 +35,10 @@ from attention._checks import (
     check_mask_or_causal,
     check_probability,
     check_query_key,
+    check_query_key_value,
     check_scale,
-    check_value,
 )
+from attention._heads import repeat_heads
 from attention.masks import causal_mask
 
 __all__ = ["attention_weights", "scaled_dot_product_attention"]
@@ -167,13 +168,14 @@ def scaled_dot_product_attention(
         tensor([[5.]])
     """
     # Validate everything before any arithmetic, so errors name the argument at fault.
-    query, key = check_query_key(query, key, enable_gqa)
-    value = check_value(value, key, enable_gqa, query.shape[-3] if enable_gqa else 0)
+    query, key, value = check_query_key_value(query, key, value, enable_gqa)
     dropout_p = check_probability("dropout_p", dropout_p)
     weights = _probabilities(query, key, attn_mask, is_causal, scale, enable_gqa)
     if dropout_p > 0.0:
         weights = torch.dropout(weights, dropout_p, train=True)
-    value = repeat_kv_heads(value, query, enable_gqa).to(weights.dtype)
+    if enable_gqa:
+        value = repeat_heads(value, query.shape[-3])  # (..., Hv, S, Dv) -> (..., H, S, Dv)
+    value = value.to(weights.dtype)
     out = weights @ value  # (..., L, S) @ (..., S, Dv) -> (..., L, Dv)
     return out.to(query.dtype)
 
@@ -193,12 +195,14 @@ def _probabilities(
     if is_causal:
         attn_mask = causal_mask(L, S, device=query.device)
     if attn_mask is not None:
-        attn_mask = check_attn_mask(attn_mask, scores_shape(query, key, enable_gqa), query)
+        attn_mask = check_attn_mask(attn_mask, _scores_shape(query, key, enable_gqa), query)
 
     # float16/bfloat16 lose too much in a long sum of products and in exp(), so, like
     # PyTorch's CPU reference path, compute in float32 and round once at the end.
-    compute_dtype = working_dtype(query.dtype)
-    key = repeat_kv_heads(key, query, enable_gqa).to(compute_dtype)
+    compute_dtype = _working_dtype(query.dtype)
+    if enable_gqa:
+        key = repeat_heads(key, query.shape[-3])  # (..., Hk, S, D) -> (..., H, S, D)
+    key = key.to(compute_dtype)
     query = query.to(compute_dtype)
 
     scores = (query @ key.transpose(-2, -1)) * scale  # (..., L, S)
@@ -206,10 +210,10 @@ def _probabilities(
         scores = scores.masked_fill(~attn_mask, float("-inf"))
     elif attn_mask is not None:
         scores = scores + attn_mask.to(compute_dtype)
-    return masked_softmax(scores)
+    return _masked_softmax(scores)
 
 
-def masked_softmax(scores: Tensor) -> Tensor:
+def _masked_softmax(scores: Tensor) -> Tensor:
     """Softmax over the last axis, with a row of only ``-inf`` giving zeros, not NaN.
 
     Such a row comes from a mask that hides every key, or from keys that are ``-inf``
@@ -238,21 +242,13 @@ def default_scale(query: Tensor, scale: float | None) -> float:
     return 1.0 / math.sqrt(D) if D > 0 else 1.0
 
 
-def scores_shape(query: Tensor, key: Tensor, enable_gqa: bool) -> torch.Size:
+def _scores_shape(query: Tensor, key: Tensor, enable_gqa: bool) -> torch.Size:
     """``(..., L, S)``: the query's and key's leading dimensions broadcast together."""
     heads = 3 if enable_gqa else 2  # with GQA the head axes differ (H vs Hkv): keep H
     batch = broadcast_shapes(query.shape[:-heads], key.shape[:-heads])
     return torch.Size((*batch, *query.shape[-heads:-1], key.shape[-2]))
 
 
-def working_dtype(dtype: torch.dtype) -> torch.dtype:
+def _working_dtype(dtype: torch.dtype) -> torch.dtype:
     """float32 for float16/bfloat16 (too coarse for long sums and exp), else ``dtype``."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
-def repeat_kv_heads(kv: Tensor, query: Tensor, enable_gqa: bool) -> Tensor:
-    """Repeat each key/value head ``H // Hkv`` times so it lines up with its query heads."""
-    if not enable_gqa:
-        return kv
-    group = query.shape[-3] // kv.shape[-3]
-    return kv.repeat_interleave(group, dim=-3)  # (..., Hkv, S, D) -> (..., H, S, D)

@@ -29,7 +29,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from attention._checks import broadcast_shapes, check_flag, check_size
+from attention._checks import broadcast_shapes, causal_keep_mask, check_flag, check_size
 
 __all__ = [
     "block_sparse_mask",
@@ -92,8 +92,8 @@ def causal_mask(
         tensor([[1, 0, 0, 0, 0],
                 [1, 1, 0, 0, 0]], dtype=torch.int32)
     """
-    query_positions, key_positions = query_key_positions(L, S, alignment, device)
-    return key_positions <= query_positions  # (L, S): p_i - j >= 0
+    L, S, offset = _alignment_offset(L, S, alignment)
+    return causal_keep_mask(L, S, offset, device)  # (L, S): p_i - j >= 0
 
 
 def sliding_window_mask(
@@ -428,6 +428,18 @@ def mask_to_bias(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
     return bias.masked_fill(~mask, float("-inf"))
 
 
+def _alignment_offset(L: int, S: int | None, alignment: str) -> tuple[int, int, int]:
+    """``L`` and ``S`` checked (``S`` defaults to ``L``), and the offset of query 0's position."""
+    S = L if S is None else S
+    L = check_size("L", L)
+    S = check_size("S", S)
+    if alignment == "top_left":
+        return L, S, 0
+    if alignment == "bottom_right":
+        return L, S, S - L
+    raise ValueError(f"alignment must be 'top_left' or 'bottom_right'; got {alignment!r}")
+
+
 def query_key_positions(
     L: int, S: int | None, alignment: str, device: torch.device | str | None
 ) -> tuple[Tensor, Tensor]:
@@ -438,15 +450,7 @@ def query_key_positions(
     directly, so that only boolean ``(L, S)`` tensors are ever made (one byte a pair,
     not the eight of an integer distance matrix).
     """
-    S = L if S is None else S
-    L = check_size("L", L)
-    S = check_size("S", S)
-    if alignment == "top_left":
-        offset = 0
-    elif alignment == "bottom_right":
-        offset = S - L
-    else:
-        raise ValueError(f"alignment must be 'top_left' or 'bottom_right'; got {alignment!r}")
+    L, S, offset = _alignment_offset(L, S, alignment)
     query_positions = torch.arange(L, device=device).unsqueeze(-1) + offset  # (L, 1)
     key_positions = torch.arange(S, device=device)  # (S,)
     return query_positions, key_positions

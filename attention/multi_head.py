@@ -38,12 +38,15 @@ from torch import Tensor, nn
 from attention._checks import (
     check_attn_mask,
     check_flag,
+    check_key_padding_mask,
+    check_mask_or_causal,
     check_probability,
     check_same_dtype_and_device,
     check_size,
     check_tensor,
     shape_str,
 )
+from attention._heads import repeat_heads
 from attention.functional import attention_weights
 from attention.kv_cache import KVCache
 from attention.masks import CausalAlignment, causal_mask, combine_masks
@@ -274,7 +277,7 @@ class MultiHeadAttention(nn.Module):
         weights = attention_weights(q, k, mask, enable_gqa=Hkv != H)  # (B, H, L, S)
         if self.training and self.dropout > 0.0:
             weights = torch.dropout(weights, self.dropout, train=True)
-        v = v.repeat_interleave(H // Hkv, dim=1)  # (B, H, S, D): each group shares a head
+        v = repeat_heads(v, H)  # (B, H, S, D): each group shares a head
         heads = weights @ v  # (B, H, L, D)
         out = self.out_proj(heads.transpose(1, 2).reshape(B, L, H * D))  # (B, L, E)
         if kv_cache is not None:
@@ -489,38 +492,15 @@ class MultiHeadAttention(nn.Module):
     ) -> Tensor | None:
         """One mask for ``(B, H, L, S)`` scores from the three ways of masking."""
         B, H, L, _ = q.shape
-        if is_causal and attn_mask is not None:
-            raise ValueError(
-                "pass either attn_mask or is_causal=True, not both "
-                "(combine them yourself with attention.combine_masks)"
-            )
+        is_causal = check_mask_or_causal(attn_mask, is_causal)
         if attn_mask is not None:
             check_attn_mask(attn_mask, torch.Size((B, H, L, S)), q)
         if is_causal:
             alignment: CausalAlignment = "bottom_right" if cached else "top_left"
             attn_mask = causal_mask(L, S, alignment=alignment, device=q.device)
-        padding = None
+        padding = None  # (B, 1, 1, S), True = may attend (or a float bias)
         if key_padding_mask is not None:
-            if not isinstance(key_padding_mask, Tensor):
-                raise TypeError(
-                    "key_padding_mask must be a torch.Tensor or None; "
-                    f"got {type(key_padding_mask).__name__}"
-                )
-            if tuple(key_padding_mask.shape) != (B, S):
-                raise ValueError(
-                    f"key_padding_mask must have shape (B, S) = ({B}, {S}); "
-                    f"got {shape_str(key_padding_mask)}"
-                )
-            if key_padding_mask.dtype == torch.bool:
-                padding = ~key_padding_mask  # True = may attend, the package convention
-            elif key_padding_mask.dtype == q.dtype:
-                padding = key_padding_mask
-            else:
-                raise TypeError(
-                    f"key_padding_mask must be bool (True = padding) or {q.dtype}; "
-                    f"got {key_padding_mask.dtype}"
-                )
-            padding = padding[:, None, None, :]  # (B, 1, 1, S)
+            padding = check_key_padding_mask(key_padding_mask, B, S, q.dtype)
         if attn_mask is None and padding is None:
             return None
         return combine_masks(attn_mask, padding)

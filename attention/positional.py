@@ -58,19 +58,21 @@ References:
 from __future__ import annotations
 
 import math
-from numbers import Real
 
 import torch
 from torch import Tensor, nn
 
 from attention._checks import (
-    broadcasts_to,
+    check_base,
+    check_buckets,
+    check_dtype,
+    check_positions,
     check_same_dtype_and_device,
     check_size,
     check_tensor,
     shape_str,
 )
-from attention.functional import working_dtype
+from attention.functional import _working_dtype
 from attention.masks import CausalAlignment, query_key_distance
 
 __all__ = [
@@ -149,8 +151,8 @@ def sinusoidal_encoding(
     """
     length = check_size("length", length, minimum=0)
     dim = check_size("dim", dim, minimum=1)
-    base = _check_base(base)
-    dtype = _check_dtype(dtype)
+    base = check_base(base)
+    dtype = check_dtype(dtype)
     positions = torch.arange(length, device=device, dtype=torch.float64)  # (L,)
     frequencies = _frequencies(dim, base, device)  # (ceil(E / 2),)
     angles = positions.unsqueeze(-1) * frequencies  # (L, ceil(E / 2))
@@ -332,7 +334,7 @@ def apply_rotary(x: Tensor, positions: Tensor | None = None, *, base: float = 10
         True
     """
     x = check_tensor("x", x, min_ndim=2)
-    base = _check_base(base)
+    base = check_base(base)
     L, D = x.shape[-2], x.shape[-1]
     if D % 2 != 0:
         raise ValueError(
@@ -341,10 +343,10 @@ def apply_rotary(x: Tensor, positions: Tensor | None = None, *, base: float = 10
         )
     if positions is None:
         positions = torch.arange(L, device=x.device)
-    positions = _check_positions(positions, x)
+    positions = check_positions(positions, x)
 
     angles = positions.to(torch.float64).unsqueeze(-1) * _frequencies(D, base, x.device)
-    compute_dtype = working_dtype(x.dtype)
+    compute_dtype = _working_dtype(x.dtype)
     cos = angles.cos().to(compute_dtype)  # (..., L, D/2)
     sin = angles.sin().to(compute_dtype)  # (..., L, D/2)
 
@@ -398,7 +400,7 @@ def alibi_slopes(
         tensor([ 64.,  16.,   4.,   1., 128.,  32.])
     """
     num_heads = check_size("num_heads", num_heads, minimum=1)
-    dtype = _check_dtype(dtype)
+    dtype = check_dtype(dtype)
     closest_power_of_two = 1 << (num_heads.bit_length() - 1)
     slopes = _geometric_slopes(closest_power_of_two)
     extra = _geometric_slopes(2 * closest_power_of_two)[0::2]
@@ -478,7 +480,7 @@ def alibi_bias(
     """
     distance = query_key_distance(L, S, alignment, device)  # (L, S): p_i - j
     slopes = alibi_slopes(num_heads, device=device, dtype=torch.float64)  # (H,)
-    dtype = _check_dtype(dtype)
+    dtype = check_dtype(dtype)
     # Negate the integers, not the product, so that the diagonal is 0 and not -0.
     minus_distance = -distance.abs()  # (L, S)
     bias = slopes[:, None, None] * minus_distance  # (H, 1, 1) * (L, S) -> (H, L, S)
@@ -554,9 +556,7 @@ def relative_position_buckets(
                 [ 2,  1,  0,  9],
                 [ 3,  2,  1,  0]])
     """
-    num_buckets, max_distance, side, exact = _check_buckets(
-        num_buckets, max_distance, bidirectional
-    )
+    num_buckets, max_distance, side, exact = check_buckets(num_buckets, max_distance, bidirectional)
     distance = query_key_distance(L, S, alignment, device)  # (L, S): p_i - j
     if bidirectional:
         offset = torch.where(distance < 0, side, 0)  # keys after the query: upper half
@@ -615,12 +615,12 @@ class RelativePositionBias(nn.Module):
     ) -> None:
         super().__init__()
         self.num_heads = check_size("num_heads", num_heads, minimum=1)
-        self.num_buckets, self.max_distance, _, _ = _check_buckets(
+        self.num_buckets, self.max_distance, _, _ = check_buckets(
             num_buckets, max_distance, bidirectional
         )
         self.bidirectional = bidirectional
         self.table = nn.Embedding(
-            self.num_buckets, self.num_heads, device=device, dtype=_check_dtype(dtype)
+            self.num_buckets, self.num_heads, device=device, dtype=check_dtype(dtype)
         )
 
     def forward(
@@ -660,29 +660,6 @@ class RelativePositionBias(nn.Module):
         )
 
 
-def _check_buckets(
-    num_buckets: object, max_distance: object, bidirectional: object
-) -> tuple[int, int, int, int]:
-    """T5 bucket settings, checked: ``(num_buckets, max_distance, per side, exact)``."""
-    num_buckets = check_size("num_buckets", num_buckets, minimum=1)
-    max_distance = check_size("max_distance", max_distance, minimum=1)
-    if not isinstance(bidirectional, bool):
-        raise TypeError(f"bidirectional must be a bool; got {type(bidirectional).__name__}")
-    side = num_buckets // 2 if bidirectional else num_buckets  # buckets per side
-    if num_buckets % 2 or side < 2:
-        raise ValueError(
-            f"num_buckets must be even and give at least 2 buckets per side; got {num_buckets}"
-            + (" (bidirectional: half for each side)" if bidirectional else "")
-        )
-    exact = side // 2  # distances 0 .. exact - 1 get a bucket each
-    if max_distance <= exact:
-        raise ValueError(
-            f"max_distance must exceed the {exact} distances that get a bucket each "
-            f"(num_buckets={num_buckets}); got {max_distance}"
-        )
-    return num_buckets, max_distance, side, exact
-
-
 def _frequencies(dim: int, base: float, device: torch.device | str | None) -> Tensor:
     r"""``(ceil(dim / 2),)`` float64 angular frequencies $\text{base}^{-2i/\text{dim}}$."""
     exponents = torch.arange(0, dim, 2, device=device, dtype=torch.float64) / dim  # 2i / dim
@@ -692,37 +669,3 @@ def _frequencies(dim: int, base: float, device: torch.device | str | None) -> Te
 def _geometric_slopes(n: int) -> list[float]:
     """ALiBi's slopes for a power of two ``n``: ``2 ** (-8 h / n)`` for ``h = 1..n``."""
     return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
-
-
-def _check_base(base: object) -> float:
-    if isinstance(base, bool) or not isinstance(base, Real):
-        raise TypeError(f"base must be a real number; got {type(base).__name__}")
-    if not (math.isfinite(float(base)) and float(base) > 0):
-        raise ValueError(f"base must be finite and > 0; got {base}")
-    return float(base)
-
-
-def _check_dtype(dtype: object) -> torch.dtype:
-    if dtype is None:
-        return torch.get_default_dtype()
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating-point torch.dtype or None; got {dtype}")
-    return dtype
-
-
-def _check_positions(positions: object, x: Tensor) -> Tensor:
-    if not isinstance(positions, Tensor):
-        raise TypeError(
-            f"positions must be an integer tensor or None; got {type(positions).__name__}"
-        )
-    if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
-        raise TypeError(f"positions must have an integer dtype; got {positions.dtype}")
-    if positions.device != x.device:
-        raise ValueError(f"positions must be on x's device {x.device}; got {positions.device}")
-    target = tuple(x.shape[:-1])
-    if positions.ndim == 0 or not broadcasts_to(tuple(positions.shape), target):
-        raise ValueError(
-            f"positions must broadcast to x's leading dimensions (..., L) = {target}; "
-            f"got shape {shape_str(positions)} for x {shape_str(x)}"
-        )
-    return positions

@@ -42,7 +42,12 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
-from attention._checks import check_size, check_tensor
+from attention._checks import (
+    check_labels,
+    check_non_negative,
+    check_size,
+    check_tensor,
+)
 
 # matplotlib is imported where a figure is drawn: `import attention` does not pay for
 # it (about 0.4 s), and a program that only computes attention never loads it.
@@ -143,8 +148,8 @@ def plot_attention(
     L, S = matrix.shape
     # Read each argument once (it may be a generator), then share: square weights use
     # one set of labels for both axes when only one is given.
-    rows = _check_labels("query_labels", query_labels, L, "query (L)")
-    columns = _check_labels("key_labels", key_labels, S, "key (S)")
+    rows = check_labels("query_labels", query_labels, L, "query (L)")
+    columns = check_labels("key_labels", key_labels, S, "key (S)")
     if L == S:
         rows = columns if rows is None else rows
         columns = rows if columns is None else columns
@@ -239,13 +244,13 @@ def plot_attention_heads(
         ncols = min(H, 4)
     ncols = check_size("ncols", ncols, minimum=1)
     nrows = math.ceil(H / ncols)
-    head_titles = _check_labels("titles", titles, H, "head (H)")
+    head_titles = check_labels("titles", titles, H, "head (H)")
     if head_titles is None:
         head_titles = [f"head {h}" for h in range(H)]
     # Check the labels before drawing anything, so an error leaves no half-drawn grid,
     # and read them once: a generator would be empty for every panel after the first.
-    query_labels = _check_labels("query_labels", query_labels, L, "query (L)")
-    key_labels = _check_labels("key_labels", key_labels, S, "key (S)")
+    query_labels = check_labels("query_labels", query_labels, L, "query (L)")
+    key_labels = check_labels("key_labels", key_labels, S, "key (S)")
     if L == S:
         query_labels = key_labels if query_labels is None else query_labels
         key_labels = query_labels if key_labels is None else key_labels
@@ -391,7 +396,7 @@ def attention_entropy(weights: Tensor | NDArray[Any]) -> Tensor | NDArray[Any]:
     """
     if isinstance(weights, Tensor):
         weights = check_tensor("weights", weights, min_ndim=1)
-        _check_non_negative(float(weights.detach().min()) if weights.numel() else 0.0)
+        check_non_negative(float(weights.detach().min()) if weights.numel() else 0.0)
         # log(1) = 0 stands in for log(0): zeros add nothing, and their gradient is 0
         # rather than xlogy's NaN (p log p has slope -inf at 0; 0 is the usual stand-in).
         # 0 - sum rather than -sum, so that a one-hot row gives 0.0, not -0.0.
@@ -406,7 +411,7 @@ def attention_entropy(weights: Tensor | NDArray[Any]) -> Tensor | NDArray[Any]:
             )
         if weights.ndim < 1:
             raise ValueError("weights must have at least 1 dimension (..., S); got shape ()")
-        _check_non_negative(float(weights.min()) if weights.size else 0.0)
+        check_non_negative(float(weights.min()) if weights.size else 0.0)
         # log(1) = 0 stands in for log(0), so zeros add nothing and log never sees 0.
         np_p_log_p = weights * np.log(np.where(weights > 0, weights, 1))
         return np.asarray(0.0 - np_p_log_p.sum(axis=-1))
@@ -458,7 +463,7 @@ def plot_attention_entropy(
     """
     matrix = _as_array("weights", weights, ndim=2, shape_name="(L, S)")
     L, S = matrix.shape
-    labels = _check_labels("query_labels", query_labels, L, "query (L)")
+    labels = check_labels("query_labels", query_labels, L, "query (L)")
     entropy = attention_entropy(matrix)  # (L,)
     uniform = math.log(S)
 
@@ -518,7 +523,7 @@ def plot_activation_norms(
     """
     matrix = _as_array("output", output, ndim=2, shape_name="(L, Dv)")
     L = matrix.shape[0]
-    names = _check_labels("labels", labels, L, "query (L)")
+    names = check_labels("labels", labels, L, "query (L)")
     norms = np.linalg.norm(matrix, axis=-1)  # (L, Dv) -> (L,)
 
     if ax is None:
@@ -598,10 +603,10 @@ class HeadView:
             array = _as_array("weights", weights, ndim=4, shape_name="(layers, H, L, S)")
         if not np.isfinite(array).all():
             raise ValueError("weights must be finite (attention weights, not scores)")
-        _check_non_negative(float(array.min()))
+        check_non_negative(float(array.min()))
         n_layers, heads, L, S = array.shape
-        queries = _check_labels("tokens", tokens, L, "query (L)")
-        keys = _check_labels("key_tokens", key_tokens, S, "key (S)")
+        queries = check_labels("tokens", tokens, L, "query (L)")
+        keys = check_labels("key_tokens", key_tokens, S, "key (S)")
         if keys is None:
             if S != L:
                 raise ValueError(
@@ -609,7 +614,7 @@ class HeadView:
                     f"{_shape_str(array.shape)} has L={L} queries but S={S} keys"
                 )
             keys = queries
-        names = _check_labels("layer_names", layer_names, n_layers, "layer")
+        names = check_labels("layer_names", layer_names, n_layers, "layer")
         decimals = check_size("decimals", decimals)
         self.data: dict[str, Any] = {
             "tokens": queries,
@@ -715,26 +720,6 @@ def _as_array(
 def _shape_str(shape: tuple[int, ...]) -> str:
     """Format a shape as ``(2, 4, 7, 16)``, as ``attention._checks.shape_str`` does."""
     return "(" + ", ".join(str(n) for n in shape) + ")"
-
-
-def _check_labels(name: str, labels: Sequence[str] | None, n: int, what: str) -> list[str] | None:
-    """Require ``None`` or exactly ``n`` labels; return them as strings."""
-    if labels is None:
-        return None
-    if isinstance(labels, str):
-        raise TypeError(f"{name} must be a sequence of strings, one per {what}; got a single str")
-    labels = [str(label) for label in labels]
-    if len(labels) != n:
-        raise ValueError(f"{name} must have one label per {what}: expected {n}; got {len(labels)}")
-    return labels
-
-
-def _check_non_negative(minimum: float) -> None:
-    if minimum < 0:
-        raise ValueError(
-            "weights must be non-negative (probabilities, not scores); "
-            f"got a minimum of {minimum:.4g}"
-        )
 
 
 def _set_ticks(ax: Axes, axis: str, labels: list[str] | None) -> None:
