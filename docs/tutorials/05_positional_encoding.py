@@ -386,7 +386,7 @@ torch.testing.assert_close(got, expected)
 # the largest weight shown, not at 1, so that the flat heads show any
 # pattern at all.)
 
-# %% caption="ALiBi attention of twelve identical tokens for heads 0, 2, 4 and 7 of 8 (slopes m = 1/2, 1/8, 1/32, 1/256), on one colour scale that ends at the largest weight shown (about 0.39), not at 1. The steep head 0 concentrates each row on the diagonal and its neighbours; each shallower head spreads its weight more, and head 7 is almost uniform."
+# %% caption="ALiBi attention of twelve identical tokens for heads 0, 2, 4 and 7 of 8 (slopes mₕ = 1/2, 1/8, 1/32, 1/256), on one colour scale that ends at the largest weight shown (about 0.39), not at 1. The steep head 0 concentrates each row on the diagonal and its neighbours; each shallower head spreads its weight more, and head 7 is almost uniform."
 same = content.expand(H_a, L_t, D_t)  # (H, L, D): identical tokens
 alibi = attention.attention_weights(
     same, same, attn_mask=bias
@@ -397,7 +397,12 @@ torch.testing.assert_close(
 )
 
 shown = [0, 2, 4, 7]
-titles = [f"head {h}: m = 1/{round(1 / slopes[h].item())}" for h in shown]
+# Each head's slope as m₀, m₂...: subscript digits, as the notation writes m_h.
+SUB = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+titles = [
+    f"head {h}: m{str(h).translate(SUB)} = 1/{round(1 / slopes[h].item())}"
+    for h in shown
+]
 fig = attention.plot_attention_heads(
     alibi[shown], titles=titles, ncols=2, vmax=None
 )
@@ -410,7 +415,7 @@ fig = attention.plot_attention_heads(
 # Each query now weighs the keys at or before it by
 # $e^{-m_h (i - j)}$, the nearest most.
 
-# %% caption="The same four ALiBi heads combined with a causal mask, on a 0 to 1 colour scale: everything above the diagonal is 0, query 0 puts all its weight on itself, and each query weighs the keys at or before it by e^(−m(i − j)). Head 0 (m = 1/2) favours the nearest keys; head 7 (m = 1/256) spreads its weight almost evenly over the prefix."
+# %% caption="The same four ALiBi heads combined with a causal mask, on a 0 to 1 colour scale: everything above the diagonal is 0, query 0 puts all its weight on itself, and each query weighs the keys at or before it by e^(−mₕ(i − j)). Head 0 (m₀ = 1/2) favours the nearest keys; head 7 (m₇ = 1/256) spreads its weight almost evenly over the prefix."
 causal_alibi = attention.combine_masks(bias, attention.causal_mask(L_a))
 print("combined, head 0, query 3:", causal_alibi[0, 3].numpy())
 weights_c = attention.attention_weights(same, same, attn_mask=causal_alibi)
@@ -520,7 +525,7 @@ else:
 #    compare `attention.apply_rotary(x).norm(dim=-1)` with
 #    `x.norm(dim=-1)` for a random `x` of shape `(12, 16)`.
 # 3. With a causal mask and ALiBi, which fraction of its weight does query
-#    999 of head 0 ($m = \frac12$) put on the keys more than 20 positions
+#    999 of head 0 ($m_0 = \frac12$) put on the keys more than 20 positions
 #    back, for identical content? Work it out, then check with
 #    `attention_weights` for $L = 1000$.
 # 4. Repeat the permutation check of section 3 with `is_causal=True`. Does
