@@ -23,8 +23,11 @@ import torch
 _saved: dict[str, Any] = {}
 
 
-def snapshot() -> None:
-    """Record the state of a freshly set-up kernel."""
+def snapshot(once: bool = False) -> None:
+    """Record the state of a freshly set-up kernel (``once``: unless already recorded,
+    as in a ``mkdocs serve`` rebuild, after blocks have run)."""
+    if once and _saved:
+        return
     _saved.update(
         seed=torch.initial_seed(),  # torch's start-up seed: unseeded draws match a fresh run
         dtype=torch.get_default_dtype(),

@@ -141,7 +141,6 @@ _EXEC_FENCE = re.compile(
     flags=re.MULTILINE,
 )
 _SESSION = re.compile(r'\bsession="(?P<name>[^"]+)"')
-_state_taken: list[bool] = []
 FRESH_STATE = "import kernel_state; kernel_state.restore_computation()  # markdown-exec: hide"
 
 
@@ -220,9 +219,7 @@ def on_files(files: Files, config: Any) -> Files:
     )
     _executed.clear()
     _one_thread_beside_the_kernels()
-    if not _state_taken:  # once per process: `mkdocs serve` rebuilds after blocks ran
-        kernel_state.snapshot()  # what each executed block starts from (_from_a_fresh_state)
-        _state_taken.append(True)
+    kernel_state.snapshot(once=True)  # what each executed block starts from (_from_a_fresh_state)
     for file, run in zip(sources, started, strict=True):
         page = TutorialFile(file.src_uri, file.src_dir, file.dest_dir, file.use_directory_urls)
         page.run = run

@@ -145,7 +145,6 @@ def errors_raised() -> dict[str, str]:
     """The message each bad call raises on this rank (all ranks raise, none hangs)."""
     rank = dist.get_rank()
     q = torch.randn(1, 4, 8, 8)
-    messages = {}
     calls = {
         "ulysses_heads": lambda: ulysses_attention(
             torch.randn(1, 3, 8, 8), torch.randn(1, 3, 8, 8), torch.randn(1, 3, 8, 8)
@@ -159,14 +158,7 @@ def errors_raised() -> dict[str, str]:
         "layout": lambda: ring_attention(q, q, q, layout="striped"),  # type: ignore[arg-type]
         "cross": lambda: ring_attention(q, torch.randn(1, 4, 6, 8), torch.randn(1, 4, 6, 8)),
     }
-    for name, call in calls.items():
-        try:
-            call()
-        except (TypeError, ValueError) as error:
-            messages[name] = f"{type(error).__name__}: {error}"
-        else:
-            messages[name] = "no error"
-    dist.barrier()  # every rank got here: nobody is stuck in a collective
+    messages = errors_of(calls)
     return messages if rank == 0 else {}
 
 
@@ -229,16 +221,7 @@ def disagreements() -> dict[str, str]:
             *(torch.randn(1, 4 - rank, 8, 8),) * 3
         ),
     }
-    messages = {}
-    for name, call in calls.items():
-        try:
-            call()
-        except (TypeError, ValueError) as error:
-            messages[name] = f"{type(error).__name__}: {error}"
-        else:
-            messages[name] = "no error"
-    dist.barrier()  # every rank got here: nobody is stuck in a collective
-    return messages
+    return errors_of(calls)
 
 
 def grouped_heads_that_do_not_divide() -> dict[str, float]:
@@ -271,3 +254,18 @@ def grouped_heads_that_do_not_divide() -> dict[str, float]:
             float((g - e).abs().max()) for g, e in zip(got, wanted, strict=True)
         )
     return differences if rank == 0 else {}
+
+
+def errors_of(calls: dict[str, Any]) -> dict[str, str]:
+    """The error each call raises (or "no error"), then a barrier: every rank got
+    through all of them, so nobody is stuck in a collective."""
+    messages = {}
+    for name, call in calls.items():
+        try:
+            call()
+        except (TypeError, ValueError) as error:
+            messages[name] = f"{type(error).__name__}: {error}"
+        else:
+            messages[name] = "no error"
+    dist.barrier()
+    return messages

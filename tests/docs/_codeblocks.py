@@ -275,6 +275,11 @@ def site_pages(site: Path) -> list[Path]:
 
 # -- Executed blocks: the Markdown source beside what the built page shows --------------
 
+# Code that reads a clock (or a profiler's times): what it prints differs on every run.
+READS_CLOCK = re.compile(
+    r"\b(thread_time|process_time|perf_counter|monotonic|timeit|Timer|profile)\(|\btime\.time\("
+)
+
 HIDE = "markdown-exec: hide"
 
 

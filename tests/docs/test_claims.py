@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from _codeblocks import markdown_fences
+from _codeblocks import READS_CLOCK, markdown_fences
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -263,7 +263,7 @@ def test_no_assertion_depends_on_a_clock() -> None:
 
 def test_the_code_that_times_is_found() -> None:
     # Guards the extraction: these pages and tutorials time code at build today.
-    timed = {p.where for p in PROGRAMS if CLOCK_SOURCE.search(p.code)}
+    timed = {p.where for p in PROGRAMS if READS_CLOCK.search(p.code)}
     assert {
         "docs/concepts/complexity.md",
         "docs/concepts/masks.md",
@@ -279,7 +279,7 @@ def test_pages_that_time_code_say_so() -> None:
     from mkdocs.utils.meta import get_data
 
     timed = sorted(
-        {p.where for p in PROGRAMS if p.where.endswith(".md") and CLOCK_SOURCE.search(p.code)}
+        {p.where for p in PROGRAMS if p.where.endswith(".md") and READS_CLOCK.search(p.code)}
     )
     undeclared = [
         page
@@ -287,11 +287,6 @@ def test_pages_that_time_code_say_so() -> None:
         if not get_data((ROOT / page).read_text(encoding="utf-8"))[1].get("measures_time")
     ]
     assert not undeclared, f"time code without `measures_time: true`: {undeclared}"
-
-
-CLOCK_SOURCE = re.compile(
-    r"\b(thread_time|process_time|perf_counter|monotonic|timeit|profile)\(|\btime\.time\("
-)
 
 
 @pytest.mark.parametrize(

@@ -34,17 +34,15 @@ them is checked on the source instead (the last test below).
 from __future__ import annotations
 
 import ast
-import re
 from pathlib import Path
 
-from _codeblocks import ExecBlock, exec_blocks, is_on, markdown_fences
+from _codeblocks import READS_CLOCK, ExecBlock, exec_blocks, is_on, markdown_fences
 from _forkrun import run_programs
 
 ROOT = Path(__file__).resolve().parents[2]
 CONCEPTS = sorted((ROOT / "docs" / "concepts").glob("*.md"))
 # What markdown-exec's print does not honour (it honours ``end``).
 IGNORED_BY_MARKDOWN_EXEC = {"sep", "file", "flush"}
-CLOCK = re.compile(r"\b(perf_counter|monotonic|process_time|thread_time|timeit|Timer|time\.time)\b")
 
 
 def normalise(text: str) -> str:
@@ -85,7 +83,7 @@ def test_executed_output_on_the_page_is_what_the_code_prints(built_site: Path) -
                 continue
             assert block.result is not None
             shown = next(e for e in block.result.iter() if e.tag == "code").text()
-            if CLOCK.search(block.fence.code):
+            if READS_CLOCK.search(block.fence.code):
                 continue  # ran cleanly; its numbers, and words, are this run's
             if normalise(printed) != normalise(shown):
                 problems.append(

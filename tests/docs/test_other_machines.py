@@ -47,6 +47,7 @@ TUTORIALS = sorted((DOCS / "tutorials").glob("[0-9][0-9]_*.py"))
 READS_SEED = re.compile(r"""os\.environ\.get\(\s*["']ATTENTION_SEED["']""")
 # A tutorial that measures CPU time to compare timings (one that only prints how long
 # its training took argues nothing from it).
+TRAINS = re.compile(r"\btorch\.optim\.")
 MEASURES_CPU_TIME = re.compile(r"\b(thread_time|process_time|timeit)\(")
 PORTABLE = ("ATEN_CPU_CAPABILITY", "default")
 
@@ -200,11 +201,13 @@ def reader_runs(
         """While the build runs: at least two CPU-bound processes beside it."""
         while build is not None and build.poll() is None:
             with lock:
+                spinners[:] = [p for p in spinners if p.poll() is None]  # still spinning
                 while running[0] + len(spinners) < 2:
                     spinners.append(subprocess.Popen([sys.executable, "-c", SPIN]))
                 while spinners and running[0] + len(spinners) > 2:
                     stop(spinners.pop())  # a script took its place
-                result.least_busy = min(result.least_busy, running[0] + len(spinners))
+                alive = sum(p.poll() is None for p in spinners)
+                result.least_busy = min(result.least_busy, running[0] + alive)
             time.sleep(0.1)
 
     watcher = threading.Thread(target=keep_busy, name="keep-busy", daemon=True)
@@ -289,6 +292,18 @@ def test_the_timed_pages_are_found() -> None:
         "tutorials/10_generating_with_a_kv_cache.py",
         "tutorials/11_efficient_attention_from_scratch.py",
     } <= set(pages), pages
+
+
+def test_every_tutorial_that_trains_reads_its_seed() -> None:
+    training = {t.name for t in TUTORIALS if TRAINS.search(t.read_text(encoding="utf-8"))}
+    # Guards the pattern: these three train a model today.
+    assert {
+        "09_train_a_tiny_transformer.py",
+        "12_induction_heads.py",
+        "13_encoder_decoder_transformer.py",
+    } <= training
+    missing = sorted(t.name for t in TUTORIALS if t.name in training and not reads_seed(t))
+    assert not missing, f"train without reading ATTENTION_SEED: {missing}"
 
 
 def test_every_tutorial_runs_on_the_portable_kernels_once() -> None:
