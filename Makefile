@@ -66,11 +66,18 @@ $(AUDIT_INSTALLED): scripts/audit/package.json scripts/audit/package-lock.json
 audit: docs $(AUDIT_INSTALLED) browser ## Lighthouse (mobile) on four pages of site/; reports in build/audit/
 	$(BIN)/python scripts/audit.py --site site --out build/audit
 
-# The notebook cache keeps live reloads fast: a tutorial is re-executed only when it or
-# the package changes (scripts/mkdocs_hooks.py keys the cache on the package source).
+# The notebook cache (.cache/notebooks) keeps live reloads fast: a tutorial is
+# re-executed only when it, the package or the build's figure code changes
+# (docs_build/tutorials.py keys each run on a hash of what it depends on).
 .PHONY: serve
 serve: $(INSTALLED) ## Build and serve the site with live reload at http://127.0.0.1:8000
-	ATTENTION_NOTEBOOK_CACHE=true $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
+	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
+
+# The build's first step on its own: execute the tutorials whose cached run is missing
+# or stale (two kernels at a time on two cores). `make docs` then only renders them.
+.PHONY: tutorials
+tutorials: $(INSTALLED) ## Execute the tutorials into the notebook cache (.cache/notebooks)
+	$(BIN)/python -m docs_build.tutorials
 
 # Full run on an idle machine (other processes on the cores distort every time):
 # all implementations, n = 256 ... 8192, about 16-17 minutes on two cores; then the

@@ -297,13 +297,20 @@ def check_choice(name: str, value: object, choices: Sequence[object]) -> None:
 
 
 def check_key_padding_mask(
-    key_padding_mask: object, B: int, S: int, dtype: torch.dtype, *, shape: str = "(B, S)"
+    key_padding_mask: object,
+    B: int,
+    S: int,
+    dtype: torch.dtype,
+    *,
+    shape: str = "(B, S)",
+    allow_float: bool = True,
 ) -> Tensor:
     """Require a ``(B, S)`` key padding mask as ``torch.nn.MultiheadAttention`` takes it.
 
-    Bool (True marks a padding key, PyTorch's meaning) or ``dtype``, the query's (added
-    to the scores). Returned in this package's convention, ``(B, 1, 1, S)`` to broadcast
-    over heads and queries: a bool keep-mask (True = may attend) or the float bias.
+    Bool (True marks a padding key, PyTorch's meaning) or, unless ``allow_float`` is
+    False, ``dtype``, the query's (added to the scores). Returned in this package's
+    convention, ``(B, 1, 1, S)`` to broadcast over heads and queries: a bool keep-mask
+    (True = may attend) or the float bias.
     """
     if not isinstance(key_padding_mask, Tensor):
         raise TypeError(
@@ -317,6 +324,11 @@ def check_key_padding_mask(
         )
     if key_padding_mask.dtype == torch.bool:
         keep = ~key_padding_mask  # True = may attend, the package convention
+    elif not allow_float:
+        raise TypeError(
+            "key_padding_mask must be bool (True marks padding): only a bool mask is "
+            f"accepted here, not a float bias; got {key_padding_mask.dtype}"
+        )
     elif key_padding_mask.dtype == dtype:
         keep = key_padding_mask
     else:
@@ -325,6 +337,90 @@ def check_key_padding_mask(
             f"got {key_padding_mask.dtype}"
         )
     return keep[:, None, None, :]  # (B, 1, 1, S)
+
+
+def check_multi_head_inputs(
+    query: object,
+    key: object,
+    value: object,
+    *,
+    dtype: torch.dtype,
+    embed_dim: int,
+    kdim: int,
+    vdim: int,
+    batch_first: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Require query, key and value as ``MultiHeadAttention`` takes them.
+
+    All 3-D, ``(B, L, E)``, ``(B, S, kdim)``, ``(B, S, vdim)`` (the first two axes
+    swapped unless ``batch_first``), or all 2-D without the batch axis; floating
+    tensors of the module's ``dtype`` on one device. Shapes in the errors are the
+    ones received.
+    """
+    query = check_tensor("query", query)
+    key = check_tensor("key", key)
+    value = check_tensor("value", value)
+    check_same_dtype_and_device(query=query, key=key, value=value)
+    if query.dtype != dtype:
+        raise TypeError(f"inputs must have the module's dtype {dtype}; got {query.dtype}")
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if t.ndim not in (2, 3) or t.ndim != query.ndim:
+            layout = "(B, L, E)" if batch_first else "(L, B, E)"
+            raise ValueError(
+                f"query, key and value must all be 3-D {layout} or all 2-D (L, E); "
+                f"got {name} {shape_str(t)}"
+            )
+    for name, t, width, attr in (
+        ("query", query, embed_dim, "embed_dim"),
+        ("key", key, kdim, "kdim"),
+        ("value", value, vdim, "vdim"),
+    ):
+        if t.shape[-1] != width:
+            raise ValueError(
+                f"{name} must have {attr}={width} features (last dimension); "
+                f"got {name} {shape_str(t)}"
+            )
+    batch = 0 if batch_first else 1  # the axis of B in 3-D inputs
+    if query.ndim == 3 and not (query.shape[batch] == key.shape[batch] == value.shape[batch]):
+        raise ValueError(
+            "query, key and value must have the same batch size B; got query "
+            f"{shape_str(query)}, key {shape_str(key)}, value {shape_str(value)}"
+        )
+    length = 0 if query.ndim == 3 and not batch_first else -2  # the axis of L and S
+    if key.shape[length] != value.shape[length]:
+        raise ValueError(
+            "key and value must have the same length S; "
+            f"got key {shape_str(key)}, value {shape_str(value)}"
+        )
+    return query, key, value
+
+
+def check_layout(
+    layout: object, block_size: object, L: int | None, S: int | None
+) -> tuple[int, int]:
+    """Require a bool block layout ``(ceil(L / block_size), ceil(S / block_size))``.
+
+    Returns ``L`` and ``S``, each defaulting to the layout's blocks times ``block_size``.
+    Shared by `attention.masks.block_sparse_mask` and
+    `attention.efficient.block_sparse_attention`.
+    """
+    if not isinstance(layout, Tensor) or layout.dtype != torch.bool:
+        got = layout.dtype if isinstance(layout, Tensor) else type(layout).__name__
+        raise TypeError(f"layout must be a bool tensor; got {got}")
+    if layout.ndim != 2:
+        raise ValueError(
+            f"layout must be 2-D (query blocks, key blocks); got shape {tuple(layout.shape)}"
+        )
+    size = check_size("block_size", block_size, minimum=1)
+    L = layout.shape[0] * size if L is None else check_size("L", L)
+    S = layout.shape[1] * size if S is None else check_size("S", S)
+    expected = (-(-L // size), -(-S // size))  # ceiling division
+    if tuple(layout.shape) != expected:
+        raise ValueError(
+            "layout must have shape (ceil(L / block_size), ceil(S / block_size)) = "
+            f"{expected} for L={L}, S={S}, block_size={size}; got {tuple(layout.shape)}"
+        )
+    return L, S
 
 
 def causal_keep_mask(L: int, S: int, offset: int, device: torch.device | str | None) -> Tensor:
@@ -435,3 +531,67 @@ def check_features_projection(projection: object, x: Tensor) -> Tensor:
             f"got projection {shape_str(projection)}"
         )
     return projection
+
+
+# Sequence-parallel attention (attention.distributed): what one rank can check of its
+# own call. That all ranks make the same call needs the process group, and is checked
+# in attention/distributed/_calls.py.
+
+
+def check_sequence_parallel_call(
+    strategy: str,
+    world: int,
+    query: object,
+    key: object,
+    value: object,
+    *,
+    is_causal: object,
+    key_padding_mask: object,
+    scale: object,
+    enable_gqa: bool,
+    layout: str,
+    chunks_per_rank: dict[str, int],
+) -> float | None:
+    """Require shards ``(B, H, n / W, D)`` that one rank of ``world`` can attend.
+
+    ``chunks_per_rank`` maps each layout to the number of chunks a rank holds in it
+    (`attention.distributed.sharding.chunk_ids`): the local length must split into
+    them. The key padding mask must be bool: the strategies gather it as a keep-mask
+    and take no float bias. ``ulysses_attention`` also needs every head count to be
+    divisible by ``world``. Returns the checked ``scale`` (``None``: the default).
+    """
+    check_flag("is_causal", is_causal)
+    check_choice("layout", layout, tuple(chunks_per_rank))
+    query, key, value = check_query_key_value(query, key, value, enable_gqa)
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if t.ndim != 4:
+            raise ValueError(
+                f"{name} must be (B, H, n / W, D), this rank's positions; got {shape_str(t)}"
+            )
+    if query.shape[-2] != key.shape[-2]:
+        raise ValueError(
+            "sequence-parallel attention is self-attention over one split sequence: query "
+            f"and key must have the same length on this rank; got query {shape_str(query)}, "
+            f"key {shape_str(key)}"
+        )
+    B, n = query.shape[0], query.shape[-2]
+    if key_padding_mask is not None:
+        check_key_padding_mask(
+            key_padding_mask, B, n, query.dtype, shape="(B, n / W)", allow_float=False
+        )
+    parts = chunks_per_rank[layout]
+    if n % parts:
+        raise ValueError(
+            f"with layout {layout!r} each rank holds {parts} chunks: the length on each rank "
+            f"must be divisible by {parts}; got query {shape_str(query)}"
+        )
+    if strategy == "ulysses_attention":
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            if t.shape[1] % world:
+                raise ValueError(
+                    f"ulysses_attention splits the heads across ranks: the number of {name} "
+                    f"heads must be divisible by the number of ranks ({world}); got {name} "
+                    f"{shape_str(t)} with {t.shape[1]} heads. Use ring_attention or "
+                    "all_gather_attention for this model"
+                )
+    return check_scale(scale)

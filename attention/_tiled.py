@@ -1,11 +1,14 @@
-r"""The tiled, online-softmax attention loop behind `attention.efficient`.
+r"""The tiled, online-softmax loop behind `attention.efficient` and `attention.distributed`.
 
-One loop serves three public functions. FlashAttention visits every key block (or, when
-causal, every block on or below the diagonal), sliding-window attention only the blocks
-near the diagonal, block-sparse attention the blocks a layout marks. They differ only
-in their `Schedule`: which key blocks each query block
-visits, and which pairs inside a visited block are masked. Skipping a block is where
-the saving comes from; the arithmetic inside a block is the same for all three.
+One loop serves three public functions of `attention.efficient`. FlashAttention visits
+every key block (or, when causal, every block on or below the diagonal), sliding-window
+attention only the blocks near the diagonal, block-sparse attention the blocks a layout
+marks. They differ only in their `Schedule`: which key blocks each query block visits,
+and which pairs inside a visited block are masked. Skipping a block is where the saving
+comes from; the arithmetic inside a block is the same for all three. Sequence-parallel
+attention (`attention.distributed`) runs the same forward and backward
+(`tiled_forward`, `tiled_backward`) on each block of keys a rank holds, and combines the
+partial results with `merge_partials`.
 
 Forward (FlashAttention-2 loop order: query blocks outer, key blocks inner). For one
 query block, keep a running row maximum $m$, a running row sum $\ell$ of
@@ -59,7 +62,7 @@ from torch import Tensor
 
 from attention._checks import broadcast_shapes
 from attention._heads import group_heads, ungroup_heads
-from attention.functional import _masked_softmax, _working_dtype
+from attention._kernels import masked_softmax, working_dtype
 
 # On a CPU, PyTorch's vectorised float32 exp falls back to a scalar loop for any
 # argument below about -87 (where e^x leaves the normal float range), and a masked
@@ -216,14 +219,14 @@ def tiled_attention(
     """Run the tiled loop on validated inputs; differentiable with respect to all four.
 
     Nothing is copied to make shapes meet, except key and value heads whose counts
-    differ (6 query, 2 key, 3 value heads): those are first repeated to a common count
-    (``_heads.share_heads``). Leading dimensions that broadcast (keys
+    differ (6 query, 2 key, 3 value heads): `group_heads` first repeats those to a
+    common count (``_heads.share_heads``). Leading dimensions that broadcast (keys
     shared by every head, batch 1 against batch B) broadcast inside each block's matrix
     products, and their gradients are summed back to the input's shape. Grouped-query
     attention views the ``H`` query heads as ``(Hkv, H / Hkv)`` and each key/value head
     as ``(Hkv, 1)``: the group axis broadcasts, so a shared head is read, not repeated.
     """
-    compute_dtype = _working_dtype(query.dtype)  # float16/bfloat16 compute in float32
+    compute_dtype = working_dtype(query.dtype)  # float16/bfloat16 compute in float32
     dtype = query.dtype
     query, key, value = (t.to(compute_dtype) for t in (query, key, value))
     if attn_mask is not None and attn_mask.dtype != torch.bool:
@@ -309,7 +312,8 @@ class _TiledAttention(torch.autograd.Function):
         _schedule: None,
         _scale: None,
     ) -> tuple[Tensor, None]:
-        # Forward mode (torch.func.jvp, jacfwd, hessian): dense, like the backward above.
+        # Forward mode (torch.func.jvp, jacfwd, hessian): always dense, as the backward
+        # is under create_graph=True or torch.func (`_dense_backward`).
         query, key, value, attn_mask = ctx.saved_tensors
         return _dense_jvp(
             query,
@@ -392,7 +396,7 @@ def _dense_backward(
     elif attn_mask is not None:
         scores = scores + attn_mask
     keep = dense_mask(ctx.schedule, scores.device)
-    p = _masked_softmax(scores.masked_fill(~keep, float("-inf")))  # (..., L, S)
+    p = masked_softmax(scores.masked_fill(~keep, float("-inf")))  # (..., L, S)
     grad_p = grad_out @ value.transpose(-2, -1)  # (..., L, S)
     grad_s = p * (grad_p - (grad_p * p).sum(dim=-1, keepdim=True))
     return (
@@ -426,7 +430,7 @@ def _dense_jvp(
     elif attn_mask is not None:
         scores = scores + attn_mask
     keep = dense_mask(schedule, scores.device)
-    p = _masked_softmax(scores.masked_fill(~keep, float("-inf")))  # (..., L, S)
+    p = masked_softmax(scores.masked_fill(~keep, float("-inf")))  # (..., L, S)
     d_scores = torch.zeros_like(p)
     if d_query is not None:
         d_scores = d_scores + (d_query @ key.transpose(-2, -1)) * scale

@@ -57,8 +57,8 @@ from attention._checks import (
     check_tensor,
     shape_str,
 )
+from attention._kernels import default_scale, working_dtype
 from attention.efficient import linear_attention
-from attention.functional import _working_dtype, default_scale
 
 __all__ = [
     "favor_features",
@@ -148,7 +148,7 @@ def linformer_attention(
             f"broadcast ((..., L, D), (..., S, D), (..., S, Dv), (..., r, S)); got {shapes}"
         )
     scale = default_scale(query, check_scale(scale))
-    dtype = _working_dtype(query.dtype)
+    dtype = working_dtype(query.dtype)
     q, k, v = query.to(dtype), key.to(dtype), value.to(dtype)
     k_r, v_r = e.to(dtype) @ k, f.to(dtype) @ v  # (..., r, D), (..., r, Dv)
     weights = torch.softmax(scale * (q @ k_r.transpose(-2, -1)), dim=-1)  # (..., L, r)
@@ -291,7 +291,7 @@ def performer_attention(
     check_flag("is_causal", is_causal)
     projection = check_features_projection(projection, query)
     scale = default_scale(query, check_scale(scale))
-    dtype = _working_dtype(query.dtype)
+    dtype = working_dtype(query.dtype)
     # scale q.k = (sign * root * q).(root * k): a negative scale negates the query side.
     root = math.sqrt(abs(scale))
     sign = -1.0 if scale < 0 else 1.0
@@ -421,7 +421,7 @@ def nystrom_attention(
             f"(query {shape_str(query)}, key {shape_str(key)})"
         )
     scale = default_scale(query, check_scale(scale))
-    dtype = _working_dtype(query.dtype)
+    dtype = working_dtype(query.dtype)
     q, k, v = query.to(dtype), key.to(dtype), value.to(dtype)
     q_land, k_land = _segment_means(q, m), _segment_means(k, m)  # (..., m, D)
 

@@ -53,6 +53,7 @@ from attention._checks import (
     check_attn_mask,
     check_causal_bias,
     check_flag,
+    check_layout,
     check_mask_or_causal,
     check_query_key_value,
     check_scale,
@@ -60,9 +61,9 @@ from attention._checks import (
     is_causal_bias,
     shape_str,
 )
+from attention._kernels import default_scale, scores_shape, working_dtype
 from attention._tiled import Band, make_schedule, tiled_attention
-from attention.functional import _scores_shape, _working_dtype, default_scale
-from attention.masks import CausalAlignment, check_layout
+from attention.masks import CausalAlignment
 
 __all__ = [
     "block_sparse_attention",
@@ -162,7 +163,7 @@ def flash_attention(
         offset = check_causal_bias(attn_mask, L, S)
         band, attn_mask = Band(low=0, high=None, offset=offset), None
     if attn_mask is not None:
-        attn_mask = check_attn_mask(attn_mask, _scores_shape(query, key, enable_gqa), query)
+        attn_mask = check_attn_mask(attn_mask, scores_shape(query, key, enable_gqa), query)
     schedule = make_schedule(L, S, block_q, block_k, band=band)
     return tiled_attention(query, key, value, attn_mask, schedule, scale, enable_gqa)
 
@@ -407,7 +408,7 @@ def linear_attention(
         raise ValueError(f"eps must be finite and >= 0; got {eps}")
     chunk_size = check_size("chunk_size", chunk_size, minimum=1)
     check_flag("is_causal", is_causal)
-    compute_dtype = _working_dtype(query.dtype)  # float16/bfloat16 compute in float32
+    compute_dtype = working_dtype(query.dtype)  # float16/bfloat16 compute in float32
     phi = _elu_plus_one if feature_map is None else feature_map
     q, k = _apply_feature_map(phi, query.to(compute_dtype), key.to(compute_dtype))
     v = value.to(compute_dtype)

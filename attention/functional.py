@@ -24,13 +24,10 @@ References:
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
 from attention._checks import (
-    broadcast_shapes,
     check_attn_mask,
     check_mask_or_causal,
     check_probability,
@@ -39,6 +36,7 @@ from attention._checks import (
     check_scale,
 )
 from attention._heads import repeat_heads
+from attention._kernels import default_scale, masked_softmax, scores_shape, working_dtype
 from attention.masks import causal_mask
 
 __all__ = ["attention_weights", "scaled_dot_product_attention"]
@@ -96,7 +94,9 @@ def attention_weights(
         tensor([0.4223, 0.1554, 0.4223])
     """
     query, key = check_query_key(query, key, enable_gqa)
-    return _probabilities(query, key, attn_mask, is_causal, scale, enable_gqa).to(query.dtype)
+    mask = _checked_mask(attn_mask, is_causal, query, key, enable_gqa)
+    scale = default_scale(query, check_scale(scale))
+    return _attention_weights(query, key, mask, scale, enable_gqa).to(query.dtype)
 
 
 def scaled_dot_product_attention(
@@ -170,7 +170,10 @@ def scaled_dot_product_attention(
     # Validate everything before any arithmetic, so errors name the argument at fault.
     query, key, value = check_query_key_value(query, key, value, enable_gqa)
     dropout_p = check_probability("dropout_p", dropout_p)
-    weights = _probabilities(query, key, attn_mask, is_causal, scale, enable_gqa)
+    mask = _checked_mask(attn_mask, is_causal, query, key, enable_gqa)
+    scale = default_scale(query, check_scale(scale))
+
+    weights = _attention_weights(query, key, mask, scale, enable_gqa)  # (..., L, S)
     if dropout_p > 0.0:
         weights = torch.dropout(weights, dropout_p, train=True)
     if enable_gqa:
@@ -180,75 +183,41 @@ def scaled_dot_product_attention(
     return out.to(query.dtype)
 
 
-def _probabilities(
-    query: Tensor,
-    key: Tensor,
-    attn_mask: Tensor | None,
-    is_causal: bool,
-    scale: float | None,
-    enable_gqa: bool,
+def _attention_weights(
+    query: Tensor, key: Tensor, mask: Tensor | None, scale: float, enable_gqa: bool
 ) -> Tensor:
-    """Scores, mask and softmax for validated query and key, in the compute dtype."""
-    L, S = query.shape[-2], key.shape[-2]
-    is_causal = check_mask_or_causal(attn_mask, is_causal)
-    scale = default_scale(query, check_scale(scale))
-    if is_causal:
-        attn_mask = causal_mask(L, S, device=query.device)
-    if attn_mask is not None:
-        attn_mask = check_attn_mask(attn_mask, _scores_shape(query, key, enable_gqa), query)
+    """Scores, mask and softmax: the attention weights ``(..., L, S)``, in the working dtype.
 
+    The unchecked core of both functions above and of `MultiHeadAttention`: each
+    validates its own arguments once, then calls this. ``mask`` is validated already
+    (bool, True = may attend, or float, added to the scores), and ``scale`` is a number.
+    """
     # float16/bfloat16 lose too much in a long sum of products and in exp(), so, like
     # PyTorch's CPU reference path, compute in float32 and round once at the end.
-    compute_dtype = _working_dtype(query.dtype)
+    compute_dtype = working_dtype(query.dtype)
     if enable_gqa:
         key = repeat_heads(key, query.shape[-3])  # (..., Hk, S, D) -> (..., H, S, D)
     key = key.to(compute_dtype)
     query = query.to(compute_dtype)
 
     scores = (query @ key.transpose(-2, -1)) * scale  # (..., L, S)
-    if attn_mask is not None and attn_mask.dtype == torch.bool:
-        scores = scores.masked_fill(~attn_mask, float("-inf"))
-    elif attn_mask is not None:
-        scores = scores + attn_mask.to(compute_dtype)
-    return _masked_softmax(scores)
+    if mask is not None and mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    elif mask is not None:
+        scores = scores + mask.to(compute_dtype)
+    return masked_softmax(scores)
 
 
-def _masked_softmax(scores: Tensor) -> Tensor:
-    """Softmax over the last axis, with a row of only ``-inf`` giving zeros, not NaN.
+def _checked_mask(
+    attn_mask: object, is_causal: object, query: Tensor, key: Tensor, enable_gqa: bool
+) -> Tensor | None:
+    """The mask $M$ as a validated tensor: ``attn_mask``, the causal mask, or ``None``.
 
-    Such a row comes from a mask that hides every key, or from keys that are ``-inf``
-    themselves. softmax would compute 0/0 = NaN there, and that NaN would flow back into
-    every gradient; PyTorch returns zeros. Such rows get a harmless finite row before the
-    softmax and zero weights after it. ``scores`` is overwritten in those rows: pass a
-    tensor of your own that autograd does not need (no branch on the values, so the
-    function also runs on meta tensors and under ``torch.compile``).
+    A ``CausalBias`` becomes the bool mask it stands for.
     """
-    if scores.shape[-1] == 0:  # no keys at all: nothing to attend to, zeros
-        return torch.softmax(scores, dim=-1)
-    empty_row = torch.isneginf(scores.amax(dim=-1, keepdim=True))  # (..., L, 1)
-    scores.masked_fill_(empty_row, 0.0)  # any finite row: its weights are zeroed below
-    return torch.softmax(scores, dim=-1).masked_fill(empty_row, 0.0)
-
-
-def default_scale(query: Tensor, scale: float | None) -> float:
-    r"""``scale``, or $1/\sqrt{D}$ when it is ``None``.
-
-    With ``D = 0`` every score is an empty sum, 0, whatever the scale: 1 stands in for
-    $1/\sqrt{0}$, and the output is the mean of the values, as in PyTorch.
-    """
-    if scale is not None:
-        return scale
-    D = query.shape[-1]
-    return 1.0 / math.sqrt(D) if D > 0 else 1.0
-
-
-def _scores_shape(query: Tensor, key: Tensor, enable_gqa: bool) -> torch.Size:
-    """``(..., L, S)``: the query's and key's leading dimensions broadcast together."""
-    heads = 3 if enable_gqa else 2  # with GQA the head axes differ (H vs Hkv): keep H
-    batch = broadcast_shapes(query.shape[:-heads], key.shape[:-heads])
-    return torch.Size((*batch, *query.shape[-heads:-1], key.shape[-2]))
-
-
-def _working_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float32 for float16/bfloat16 (too coarse for long sums and exp), else ``dtype``."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    is_causal = check_mask_or_causal(attn_mask, is_causal)
+    if is_causal:
+        return causal_mask(query.shape[-2], key.shape[-2], device=query.device)
+    if attn_mask is None:
+        return None
+    return check_attn_mask(attn_mask, scores_shape(query, key, enable_gqa), query)

@@ -29,7 +29,13 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from attention._checks import broadcast_shapes, causal_keep_mask, check_flag, check_size
+from attention._checks import (
+    broadcast_shapes,
+    causal_keep_mask,
+    check_flag,
+    check_layout,
+    check_size,
+)
 
 __all__ = [
     "block_sparse_mask",
@@ -238,32 +244,6 @@ def strided_layout(
     stride = check_size("stride", stride, minimum=1)
     distance = query_key_distance(num_blocks, num_blocks, "top_left", device)  # (n, n)
     return (distance >= 0) & ((distance < stride) | (distance % stride == 0))
-
-
-def check_layout(
-    layout: object, block_size: object, L: int | None, S: int | None
-) -> tuple[int, int]:
-    """Validate a block layout against ``L`` and ``S``; return them with defaults filled.
-
-    Package-internal (not in ``__all__``): shared with ``block_sparse_attention``.
-    """
-    if not isinstance(layout, Tensor) or layout.dtype != torch.bool:
-        got = layout.dtype if isinstance(layout, Tensor) else type(layout).__name__
-        raise TypeError(f"layout must be a bool tensor; got {got}")
-    if layout.ndim != 2:
-        raise ValueError(
-            f"layout must be 2-D (query blocks, key blocks); got shape {tuple(layout.shape)}"
-        )
-    size = check_size("block_size", block_size, minimum=1)
-    L = layout.shape[0] * size if L is None else check_size("L", L)
-    S = layout.shape[1] * size if S is None else check_size("S", S)
-    expected = (-(-L // size), -(-S // size))  # ceiling division
-    if tuple(layout.shape) != expected:
-        raise ValueError(
-            "layout must have shape (ceil(L / block_size), ceil(S / block_size)) = "
-            f"{expected} for L={L}, S={S}, block_size={size}; got {tuple(layout.shape)}"
-        )
-    return L, S
 
 
 def padding_mask(

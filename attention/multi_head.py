@@ -40,14 +40,13 @@ from attention._checks import (
     check_flag,
     check_key_padding_mask,
     check_mask_or_causal,
+    check_multi_head_inputs,
     check_probability,
-    check_same_dtype_and_device,
     check_size,
-    check_tensor,
-    shape_str,
 )
 from attention._heads import repeat_heads
-from attention.functional import attention_weights
+from attention._kernels import default_scale
+from attention.functional import _attention_weights
 from attention.kv_cache import KVCache
 from attention.masks import CausalAlignment, causal_mask, combine_masks
 
@@ -224,7 +223,8 @@ class MultiHeadAttention(nn.Module):
             key: ``(B, S, kdim)``.
             value: ``(B, S, vdim)``.
             attn_mask: Optional mask broadcastable to ``(B, H, L, S)``: bool (True =
-                may attend) or float (added to the scores).
+                may attend), float (added to the scores), or PyTorch's
+                ``causal_upper_left(L, S)`` / ``causal_lower_right(L, S)``.
             key_padding_mask: Optional ``(B, S)``; bool True marks a padding key
                 (PyTorch's meaning), float is added to the scores. With a
                 ``kv_cache`` it covers every cached key.
@@ -248,19 +248,31 @@ class MultiHeadAttention(nn.Module):
                 key/value lengths differ, a mask has the wrong shape, or
                 ``is_causal`` is combined with ``attn_mask``.
         """
-        query, key, value, unbatched = self._check_inputs(query, key, value)
-        for name, flag in (
-            ("is_causal", is_causal),
-            ("need_weights", need_weights),
-            ("average_attn_weights", average_attn_weights),
-        ):
-            check_flag(name, flag)
+        # Each argument is validated once, here or in _combined_mask; the attention
+        # weights then come from functional's unchecked core.
+        query, key, value = check_multi_head_inputs(
+            query,
+            key,
+            value,
+            dtype=self.out_proj.weight.dtype,
+            embed_dim=self.embed_dim,
+            kdim=self.kdim,
+            vdim=self.vdim,
+            batch_first=self.batch_first,
+        )
+        is_causal = check_mask_or_causal(attn_mask, is_causal)
+        check_flag("need_weights", need_weights)
+        check_flag("average_attn_weights", average_attn_weights)
+        unbatched = query.ndim == 2
+        if unbatched:
+            query, key, value = (t.unsqueeze(0) for t in (query, key, value))  # (1, *, *)
+            if isinstance(key_padding_mask, Tensor) and key_padding_mask.ndim == 1:
+                key_padding_mask = key_padding_mask.unsqueeze(0)  # (S,) -> (1, S), as PyTorch
+        elif not self.batch_first:
+            query, key, value = (t.transpose(0, 1) for t in (query, key, value))  # (B, *, *)
         B, L, _ = query.shape
         S = key.shape[1]
         H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
-
-        if unbatched and key_padding_mask is not None and key_padding_mask.ndim == 1:
-            key_padding_mask = key_padding_mask.unsqueeze(0)  # (S,) -> (1, S), as PyTorch
 
         q = self.q_proj(query).view(B, L, H, D).transpose(1, 2)  # (B, H, L, D)
         k = self.k_proj(key).view(B, S, Hkv, D).transpose(1, 2)  # (B, Hkv, S, D)
@@ -274,7 +286,8 @@ class MultiHeadAttention(nn.Module):
             attn_mask, key_padding_mask, is_causal, q, k.shape[-2], kv_cache is not None
         )
         k, v, mask = self._extra_keys(k, v, mask, kv_cache is not None)
-        weights = attention_weights(q, k, mask, enable_gqa=Hkv != H)  # (B, H, L, S)
+        scale = default_scale(q, None)  # 1 / sqrt(D), as in PyTorch's module
+        weights = _attention_weights(q, k, mask, scale, Hkv != H).to(q.dtype)  # (B, H, L, S)
         if self.training and self.dropout > 0.0:
             weights = torch.dropout(weights, self.dropout, train=True)
         v = repeat_heads(v, H)  # (B, H, S, D): each group shares a head
@@ -404,53 +417,6 @@ class MultiHeadAttention(nn.Module):
             pairs += [(self.bias_k, module.bias_k), (self.bias_v, module.bias_v)]  # (E,), (1, 1, E)
         return pairs
 
-    def _check_inputs(
-        self, query: object, key: object, value: object
-    ) -> tuple[Tensor, Tensor, Tensor, bool]:
-        """Validate and bring the inputs to ``(B, L, E)``, ``(B, S, kdim)``, ``(B, S, vdim)``."""
-        query = check_tensor("query", query)
-        key = check_tensor("key", key)
-        value = check_tensor("value", value)
-        check_same_dtype_and_device(query=query, key=key, value=value)
-        parameter = self.out_proj.weight
-        if query.dtype != parameter.dtype:
-            raise TypeError(
-                f"inputs must have the module's dtype {parameter.dtype}; got {query.dtype}"
-            )
-        for name, t in (("query", query), ("key", key), ("value", value)):
-            if t.ndim not in (2, 3) or t.ndim != query.ndim:
-                layout = "(B, L, E)" if self.batch_first else "(L, B, E)"
-                raise ValueError(
-                    f"query, key and value must all be 3-D {layout} or all 2-D (L, E); "
-                    f"got {name} {shape_str(t)}"
-                )
-        unbatched = query.ndim == 2
-        if unbatched:
-            query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
-        elif not self.batch_first:
-            query, key, value = (t.transpose(0, 1) for t in (query, key, value))  # (B, *, *)
-        for name, t, width, attr in (
-            ("query", query, self.embed_dim, "embed_dim"),
-            ("key", key, self.kdim, "kdim"),
-            ("value", value, self.vdim, "vdim"),
-        ):
-            if t.shape[-1] != width:
-                raise ValueError(
-                    f"{name} must have {attr}={width} features (last dimension); "
-                    f"got {name} {shape_str(t)}"
-                )
-        if not (query.shape[0] == key.shape[0] == value.shape[0]):
-            raise ValueError(
-                "query, key and value must have the same batch size B; got query "
-                f"{shape_str(query)}, key {shape_str(key)}, value {shape_str(value)}"
-            )
-        if key.shape[1] != value.shape[1]:
-            raise ValueError(
-                "key and value must have the same length S; "
-                f"got key {shape_str(key)}, value {shape_str(value)}"
-            )
-        return query, key, value, unbatched
-
     def _extra_keys(
         self, k: Tensor, v: Tensor, mask: Tensor | None, cached: bool
     ) -> tuple[Tensor, Tensor, Tensor | None]:
@@ -490,11 +456,14 @@ class MultiHeadAttention(nn.Module):
         S: int,
         cached: bool,
     ) -> Tensor | None:
-        """One mask for ``(B, H, L, S)`` scores from the three ways of masking."""
+        """One validated mask for ``(B, H, L, S)`` scores from the three ways of masking.
+
+        ``is_causal`` is checked already (``check_mask_or_causal``); the two masks are
+        checked here.
+        """
         B, H, L, _ = q.shape
-        is_causal = check_mask_or_causal(attn_mask, is_causal)
-        if attn_mask is not None:
-            check_attn_mask(attn_mask, torch.Size((B, H, L, S)), q)
+        if attn_mask is not None:  # a CausalBias becomes the bool mask it stands for
+            attn_mask = check_attn_mask(attn_mask, torch.Size((B, H, L, S)), q)
         if is_causal:
             alignment: CausalAlignment = "bottom_right" if cached else "top_left"
             attn_mask = causal_mask(L, S, alignment=alignment, device=q.device)

@@ -72,7 +72,7 @@ from attention._checks import (
     check_tensor,
     shape_str,
 )
-from attention.functional import _working_dtype
+from attention._kernels import working_dtype
 from attention.masks import CausalAlignment, query_key_distance
 
 __all__ = [
@@ -346,7 +346,7 @@ def apply_rotary(x: Tensor, positions: Tensor | None = None, *, base: float = 10
     positions = check_positions(positions, x)
 
     angles = positions.to(torch.float64).unsqueeze(-1) * _frequencies(D, base, x.device)
-    compute_dtype = _working_dtype(x.dtype)
+    compute_dtype = working_dtype(x.dtype)
     cos = angles.cos().to(compute_dtype)  # (..., L, D/2)
     sin = angles.sin().to(compute_dtype)  # (..., L, D/2)
 

@@ -3,7 +3,7 @@
 #
 # The site must render math with no network at all, so KaTeX is committed to the
 # repository instead of loaded from a CDN. katex.min.js typesets every formula at
-# build time (scripts/katex_hook.py runs it in Node.js) and is kept out of the built
+# build time (docs_build/math.py runs it in Node.js) and is kept out of the built
 # site (exclude_docs in mkdocs.yml); readers get the CSS and fonts of the same
 # version, which the typeset HTML needs. Run this only to change the version; the
 # tarball's checksum is verified against the registry's published integrity.

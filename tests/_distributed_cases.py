@@ -1,4 +1,7 @@
-"""What each rank runs in tests/test_distributed.py (each rank imports it by name).
+"""What each rank runs in tests/test_distributed.py.
+
+The ranks are forked from the test process, so they need not import this module; the
+test of spawned ranks does, by name (tests/ is on ``sys.path``).
 
 Every rank builds the same full tensors from one seed, keeps its shard, runs a strategy,
 and gathers the output and the gradients back; rank 0 compares them with dense
@@ -8,6 +11,7 @@ attention on the full sequence and returns the largest differences.
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -189,6 +193,33 @@ def fail_on_rank_one() -> None:
 
 def sleep_forever() -> None:
     time.sleep(600)
+
+
+def sleep_forever_on_rank_one() -> int:
+    if dist.get_rank() == 1:
+        time.sleep(600)
+    return dist.get_rank()
+
+
+def exit_on_rank_one() -> None:
+    """Rank 1 vanishes without an exception (as a crash in C would); rank 0 waits for it."""
+    if dist.get_rank() == 1:
+        os._exit(3)
+    dist.barrier()
+
+
+def world_and_threads() -> tuple[int, int]:
+    return dist.get_world_size(), torch.get_num_threads()
+
+
+def multithreaded_work() -> int:
+    """A matrix product and an elementwise op large enough that each runs an OpenMP
+    parallel region when more than one thread is allowed."""
+    a = torch.randn(512, 512)
+    (a @ a).sum()
+    torch.randn(1 << 20).exp().sum()
+    dist.barrier()
+    return torch.get_num_threads()
 
 
 def disagreements() -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Helpers shared by the unit tests (imported after ``sys.path`` gets this folder)."""
+"""Helpers shared by the unit tests (``from tests import helpers``)."""
 
 from __future__ import annotations
 

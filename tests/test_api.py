@@ -6,13 +6,12 @@ import importlib
 import inspect
 import pkgutil
 import re
-from pathlib import Path
 
 import pytest
 
 import attention
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "reference"
 PUBLIC_MODULES = [
     importlib.import_module(f"attention.{m.name}")

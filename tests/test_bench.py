@@ -11,15 +11,14 @@ import copy
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import matplotlib
 import numpy as np
 import pytest
 
 from attention import sliding_window_mask
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SIZES = [32, 512]
 IMPLEMENTATIONS = ["naive", "numpy", "flash", "flash_keys_only", "sdpa"]
 STRATEGIES = ["ring", "all_gather", "ulysses"]

@@ -6,7 +6,9 @@ tests below read what rank 0 measured. The cases cover the three strategies, cau
 not, both layouts, key padding (including queries left with no key), grouped-query
 heads, float64 (to 1e-10) and float32 (PyTorch's own tolerances, against its kernel),
 outputs and the gradients of query, key and value. Each run has a timeout: a rank that
-fails or hangs fails the test instead of hanging CI, which is itself tested.
+fails or hangs fails the test instead of hanging CI, which is itself tested, with the
+rest of the launcher: forked ranks run functions defined anywhere, survive a parent
+that used OpenMP threads, and report the failing rank with its traceback.
 """
 
 from __future__ import annotations
@@ -28,13 +30,16 @@ from attention.distributed import (
     shard_sequence,
     unshard_sequence,
 )
-
-sys.path.insert(0, str(Path(__file__).parent))  # tests/ is not a package
-import _distributed_cases as cases
+from tests import _distributed_cases as cases
+from tests.conftest import DOCS
 
 CASES = cases.all_cases()
 WORLD_SIZES = (2, 4)
 TIMEOUT = 300  # seconds for a whole run; each collective waits as long at most
+
+
+# Where run_on_ranks forks its ranks by default (elsewhere it spawns them).
+forks = pytest.mark.skipif(sys.platform != "linux", reason="ranks are forked on Linux only")
 
 
 # Four ranks on two cores take twice as long per case: float64 only there (the
@@ -138,18 +143,110 @@ def test_key_and_value_head_counts_that_do_not_divide_each_other() -> None:
     assert max(differences.values()) < 1e-10, differences
 
 
-def test_a_failing_rank_fails_the_run_promptly() -> None:
+def test_a_failing_rank_fails_the_run_promptly_with_its_traceback() -> None:
+    """Rank 0, left waiting in a barrier, fails too ("connection closed"), later: the
+    error names rank 1 and shows its traceback, down to the line that raised."""
     start = time.monotonic()
-    with pytest.raises(RuntimeError, match=r"rank 1 of 2 failed:(.|\n)*ArithmeticError: rank one"):
+    with pytest.raises(RuntimeError) as raised:
         run_on_ranks(cases.fail_on_rank_one, 2, timeout=60)
+    message = str(raised.value)
+    assert message.startswith("rank 1 of 2 failed:\nTraceback (most recent call last):")
+    assert 'raise ArithmeticError("rank one gives up")' in message  # the line that raised
+    assert "ArithmeticError: rank one gives up" in message
     assert time.monotonic() - start < 30  # rank 0, waiting in a barrier, was stopped
+
+
+def test_a_rank_that_dies_without_an_exception_is_named() -> None:
+    with pytest.raises(
+        RuntimeError, match=r"^rank 1 of 2 failed: process 1 terminated with exit code 3"
+    ):
+        run_on_ranks(cases.exit_on_rank_one, 2, timeout=60)
 
 
 def test_a_hanging_rank_times_out() -> None:
     start = time.monotonic()
-    with pytest.raises(TimeoutError, match=r"ranks \[0, 1\] of 2 did not finish within 3"):
+    with pytest.raises(TimeoutError, match=r"ranks \[0, 1\] of 2 did not finish within 3 s"):
         run_on_ranks(cases.sleep_forever, 2, timeout=3)
     assert time.monotonic() - start < 20
+
+
+def test_a_timeout_names_only_the_ranks_still_running() -> None:
+    with pytest.raises(TimeoutError, match=r"^ranks \[1\] of 2 did not finish within 2 s"):
+        run_on_ranks(cases.sleep_forever_on_rank_one, 2, timeout=2)
+
+
+@forks
+def test_a_function_defined_here_runs_on_forked_ranks() -> None:
+    """A closure: no other process could import it by name, or unpickle it."""
+    offset = 10
+
+    def rank_plus_offset() -> tuple[int, int]:
+        import torch.distributed as dist
+
+        return dist.get_rank() + offset, dist.get_world_size()
+
+    assert run_on_ranks(rank_plus_offset, 2, timeout=60) == [(10, 2), (11, 2)]
+
+
+@forks
+def test_a_function_defined_in_a_scripts_main_runs_on_forked_ranks(tmp_path: Path) -> None:
+    """A script's ``__main__``, without an ``if __name__ == "__main__"`` guard: forked
+    ranks neither import the function nor run the script again."""
+    script = tmp_path / "ranks.py"
+    script.write_text(
+        "import torch.distributed as dist\n"
+        "from attention.distributed import run_on_ranks\n\n\n"
+        "def rank_times(factor):\n"
+        "    return dist.get_rank() * factor\n\n\n"
+        "print(run_on_ranks(rank_times, 3, 7, timeout=60))\n",
+        encoding="utf-8",
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == ["[0, 7, 14]"]
+
+
+@forks
+def test_a_result_that_cannot_be_pickled_fails_its_rank_with_the_reason() -> None:
+    with pytest.raises(RuntimeError, match=r"(?s)^rank \d of 2 failed:.*Can't pickle local"):
+        run_on_ranks(lambda: lambda: None, 2, timeout=60)
+
+
+@forks
+def test_ranks_forked_after_multithreaded_work_do_not_hang() -> None:
+    """GNU OpenMP does not survive a fork: once this process has run a parallel region
+    on several threads, a forked child that opens one with more than one thread waits
+    forever for threads that were not copied. The ranks run single-threaded instead."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(max(2, saved))
+    try:
+        a = torch.randn(1024, 1024)
+        (a @ a).sum()  # the parent's OpenMP threads now exist
+        torch.randn(1 << 22).exp().sum()
+        start = time.monotonic()
+        threads = run_on_ranks(cases.multithreaded_work, 2, timeout=30)
+    finally:
+        torch.set_num_threads(saved)
+    assert threads == [1, 1]
+    assert time.monotonic() - start < 20
+
+
+def test_spawned_ranks_import_the_function_and_take_threads() -> None:
+    """Where fork is not the method: new interpreters, with the threads asked for."""
+    ranks = run_on_ranks(cases.world_and_threads, 2, timeout=120, threads=2, start_method="spawn")
+    assert ranks == [(2, 2), (2, 2)]
+
+
+@forks
+def test_launcher_arguments_are_checked() -> None:
+    with pytest.raises(ValueError, match=r"forked ranks run single-threaded.*'spawn' for 2"):
+        run_on_ranks(cases.world_and_threads, 2, threads=2, start_method="fork")
+    with pytest.raises(ValueError, match=r"start_method must be one of .*got 'thread'"):
+        run_on_ranks(cases.world_and_threads, 2, start_method="thread")
+    with pytest.raises(ValueError, match=r"world_size must be an int >= 1; got 0"):
+        run_on_ranks(cases.world_and_threads, 0)
 
 
 def test_traffic_matches_the_formulas() -> None:
@@ -199,7 +296,7 @@ def test_shard_refuses_an_uneven_split() -> None:
 
 def test_the_how_to_check_script_runs_under_torchrun(tmp_path: Path) -> None:
     """The GPU how-to's script, started as it says, on 2 CPU processes (gloo)."""
-    page = Path(__file__).parents[1] / "docs/how-to/run-sequence-parallel-on-gpus.md"
+    page = DOCS / "how-to/run-sequence-parallel-on-gpus.md"
     script = re.findall(r"```python\n(.*?)\n```", page.read_text(encoding="utf-8"), re.S)[0]
     assert "torchrun --nproc-per-node" in script
     (tmp_path / "sp_check.py").write_text(script, encoding="utf-8")
@@ -218,7 +315,7 @@ def test_the_how_to_check_script_runs_under_torchrun(tmp_path: Path) -> None:
 
 
 def test_nested_traffic_counters_each_count_what_ran_inside_them() -> None:
-    from attention.distributed import _record  # what every transfer calls
+    from attention.distributed.traffic import _record  # what every transfer calls
 
     with count_traffic() as outer:
         with count_traffic() as inner:

@@ -8,8 +8,6 @@ says otherwise (267 = 3 * 89); sizes are pairwise distinct so a swapped axis fai
 from __future__ import annotations
 
 import functools
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -27,24 +25,16 @@ from attention import (
     sliding_window_mask,
     strided_layout,
 )
-
-sys.path.insert(0, str(Path(__file__).parent))  # tests/ is not a package
-import helpers
+from tests import helpers
 
 B, H, D, Dv = 2, 3, 16, 8
 LENGTHS = [(267, 267), (514, 514), (1030, 1030), (267, 514), (514, 267)]
 IDS = [f"{L}x{S}" for L, S in LENGTHS]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The tiled loops issue many small operations. On a busy 2-core machine each one
-    waits for both threads to be scheduled (measured: 50x slower than one thread), so
-    this file runs on one thread; no result here depends on the thread count."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# The tiled loops issue many small operations: one thread (tests/conftest.py); no
+# result here depends on the thread count.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 make_qkv = functools.partial(helpers.make_qkv, D=D, Dv=Dv, dtype=torch.float64)

@@ -7,8 +7,6 @@ swapped axis cannot pass by accident; 267 is a length no block size divides.
 from __future__ import annotations
 
 import functools
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,9 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attention import attention_weights, causal_mask, scaled_dot_product_attention
-
-sys.path.insert(0, str(Path(__file__).parent))  # tests/ is not a package
-import helpers
+from tests import helpers
 
 B, H, L, S, D, Dv = 2, 3, 5, 7, 11, 13
 

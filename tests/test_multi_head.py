@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import re
+import sys
+from collections import Counter
+
 import pytest
 import torch
 from torch import nn
+from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 from attention import (
     CausalSelfAttention,
     CrossAttention,
     MultiHeadAttention,
     SelfAttention,
+    _checks,
     causal_mask,
     padding_mask,
 )
@@ -303,6 +309,89 @@ def test_bad_forward_inputs_raise_clear_errors():
         mha(x, x, x, is_causal=1)
     with pytest.raises(ValueError, match=r"attn_mask must broadcast to the scores shape"):
         mha(x, x, x, attn_mask=torch.ones(B * H, L, L, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_shapes_in_input_errors_are_the_ones_received(batch_first):
+    mha = MultiHeadAttention(E, H, batch_first=batch_first)
+    x = torch.randn(B, L, E) if batch_first else torch.randn(L, B, E)  # (B, L, E) / (L, B, E)
+    other_batch = x[:1] if batch_first else x[:, :1]
+    shorter = x[:, :4] if batch_first else x[:4]
+    with pytest.raises(
+        ValueError, match=re.escape(f"same batch size B; got query {tuple(x.shape)}")
+    ):
+        mha(x, other_batch, other_batch)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(f"same length S; got key {tuple(x.shape)}, value {tuple(shorter.shape)}"),
+    ):
+        mha(x, x, shorter)
+    assert mha(x, shorter, shorter)[0].shape == x.shape  # S != L: cross-attention
+
+
+def spy_on_checks(monkeypatch):
+    """Record every call of a ``check_*`` function of ``attention._checks``.
+
+    Each module imported the functions by name, so every module's reference is replaced,
+    ``_checks``' own included (one check calling another counts). A call is recorded as
+    ``(function, the name it checks)``; the name is the first argument where that is a
+    string (``check_flag("need_weights", ...)``), else None.
+    """
+    calls = []
+
+    def spy(name, check):
+        def recorded(*args, **kwargs):
+            calls.append((name, args[0] if args and isinstance(args[0], str) else None))
+            return check(*args, **kwargs)
+
+        return recorded
+
+    modules = [m for n, m in sys.modules.items() if n == "attention" or n.startswith("attention.")]
+    for name in dir(_checks):
+        check = getattr(_checks, name)
+        if name.startswith("check_") and callable(check):
+            for module in modules:
+                if getattr(module, name, None) is check:
+                    monkeypatch.setattr(module, name, spy(name, check))
+    return calls
+
+
+@pytest.mark.parametrize(
+    "masks",
+    [
+        {"attn_mask": torch.ones(L, S, dtype=torch.bool), "need_weights": True},
+        {"attn_mask": torch.zeros(B, 1, L, S), "key_padding_mask": torch.zeros(B, S)},
+        {"is_causal": True, "key_padding_mask": torch.zeros(B, S, dtype=torch.bool)},
+    ],
+    ids=["bool-mask", "float-masks", "causal-padding"],
+)
+def test_each_argument_is_validated_once_per_forward(monkeypatch, masks):
+    # The module validates its inputs and masks, then calls functional's unchecked core:
+    # before issue 28 the combined mask, the query and key, is_causal and the scale were
+    # checked a second time inside attention_weights.
+    mha = MultiHeadAttention(E, H, dtype=torch.float32)
+    q, k, v = inputs(dtype=torch.float32)
+    calls = spy_on_checks(monkeypatch)
+    mha(q, k, v, **masks)
+    counts = Counter(calls)
+    assert [call for call, n in counts.items() if n > 1] == []
+    assert counts[("check_multi_head_inputs", None)] == 1
+    assert counts[("check_mask_or_causal", None)] == 1
+    assert counts[("check_attn_mask", None)] == ("attn_mask" in masks)
+    assert counts[("check_key_padding_mask", None)] == ("key_padding_mask" in masks)
+
+
+@pytest.mark.parametrize(
+    ("bias", "alignment"), [(causal_upper_left, "top_left"), (causal_lower_right, "bottom_right")]
+)
+def test_causal_bias_as_attn_mask(bias, alignment):
+    # The CausalBias becomes the bool mask it stands for (it used to reach the softmax
+    # as the bias object itself, which has no usable shape).
+    ours, _ = pair()
+    q, k, v = inputs()
+    expected, _ = ours(q, k, v, attn_mask=causal_mask(L, S, alignment=alignment))
+    out, _ = ours(q, k, v, attn_mask=bias(L, S))
+    torch.testing.assert_close(out, expected, atol=0, rtol=0)
 
 
 def test_torch_conversion_errors():

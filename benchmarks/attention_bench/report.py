@@ -111,7 +111,7 @@ def _style(name: str) -> dict[str, Any]:
 
 # Size of the slope labels at the line ends, in points. The site shows the two-column
 # figure (8 in) shrunk to its 720 px column and enlarges any text below 10.24 pt to stay
-# readable (scripts/site_figures.py); drawn at this size they are never enlarged, so the
+# readable (docs_build/figures.py); drawn at this size they are never enlarged, so the
 # spacing computed for it is the spacing of the text on the page.
 _SLOPE_LABEL_PT = 10.5
 

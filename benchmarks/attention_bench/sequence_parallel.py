@@ -370,12 +370,25 @@ def _time_summary(per_rank: list[list[float]]) -> dict[str, Any]:
 def measure_world(config: ParallelConfig, world_size: int) -> list[dict[str, Any]]:
     """Every strategy and length on ``world_size`` ranks: the section's records."""
     threads = config.threads_per_rank(world_size)
+    # Fresh interpreters, not forks: a forked rank runs on one thread (OpenMP is not
+    # fork-safe), and glibc reads the allocator settings of freed_memory_returned()
+    # only when a process starts.
     timed = run_on_ranks(
-        time_on_rank, world_size, config, timeout=config.timeout_s, threads=threads
+        time_on_rank,
+        world_size,
+        config,
+        timeout=config.timeout_s,
+        threads=threads,
+        start_method="spawn",
     )
     with freed_memory_returned():  # read by glibc as each rank starts
         memory = run_on_ranks(
-            memory_on_rank, world_size, config, timeout=config.timeout_s, threads=threads
+            memory_on_rank,
+            world_size,
+            config,
+            timeout=config.timeout_s,
+            threads=threads,
+            start_method="spawn",
         )
     records = []
     for i, first in enumerate(timed[0]):

@@ -27,25 +27,26 @@
 #
 # The [sequence parallelism page](../../concepts/sequence-parallelism/)
 # explains the strategies and when each wins; here we run them. Runs in
-# about 10 seconds on a CPU, most of it four Python processes starting up.
+# under 10 seconds on a CPU.
 
 # %%
-import importlib
-import inspect
 import os
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+import torch.distributed as dist
 
 import attention
 from attention.distributed import (
+    all_gather_attention,
+    count_traffic,
+    gather_sequence,
+    ring_attention,
     run_on_ranks,
     shard_sequence,
+    ulysses_attention,
     unshard_sequence,
 )
 
@@ -130,8 +131,7 @@ assert shard.shape == (B, H, n // W, D)
 # [`count_traffic`](../../reference/distributed/#attention.distributed.count_traffic),
 # and puts the output and the three gradients back together with
 # [`gather_sequence`](../../reference/distributed/#attention.distributed.gather_sequence),
-# so that we can compare them with dense attention. Both functions import
-# what they need inside their body: they will run in a fresh module.
+# so that we can compare them with dense attention.
 
 
 # %%
@@ -139,8 +139,6 @@ def full_inputs(n, B=2, H=8, D=16):
     """The whole sequence, the same on every rank (one seed): q, k, v
     and an upstream gradient (B, H, n, D), float64, and a key padding
     mask (B, n), True for a padding key."""
-    import torch
-
     gen = torch.Generator().manual_seed(0)
     q, k, v, grad = (
         torch.randn(B, H, n, D, generator=gen, dtype=torch.float64)
@@ -155,20 +153,6 @@ def full_inputs(n, B=2, H=8, D=16):
 def on_each_rank(n, runs):
     """One rank's part of every run: its shard in, forward and backward,
     bytes counted, the output and gradients gathered from all ranks."""
-    import os
-
-    import torch
-    import torch.distributed as dist
-
-    from attention.distributed import (
-        all_gather_attention,
-        count_traffic,
-        gather_sequence,
-        ring_attention,
-        shard_sequence,
-        ulysses_attention,
-    )
-
     strategies = {
         "ring": ring_attention,
         "all-gather": all_gather_attention,
@@ -178,6 +162,7 @@ def on_each_rank(n, runs):
     q, k, v, grad, padding = full_inputs(n)
     report = {
         "pid": os.getpid(),
+        "threads": torch.get_num_threads(),
         "positions": shard_sequence(
             torch.arange(n), rank, W, layout="zigzag", dim=0
         ),
@@ -213,20 +198,27 @@ def on_each_rank(n, runs):
 
 
 # %% [markdown]
-# Each rank is a fresh Python interpreter that receives `fn` by reference
-# (its module and name) and imports it. A function defined in a notebook
-# lives in the notebook's `__main__`, which no other process can import.
-# So we write the two functions' source (`inspect.getsource`) to a small
-# module in a temporary folder, put the folder on `sys.path` (the ranks
-# start with this process's `sys.path`), import the module, and pass its
-# `on_each_rank` to `run_on_ranks`. In your own code the function would
-# simply live in a module.
+# How do four other processes get a function that exists only in this
+# notebook? `run_on_ranks` starts the ranks with `torch.multiprocessing`,
+# by **forking** this process where the operating system can (Linux
+# does): each rank begins as a copy of this process, with its modules
+# already imported and its variables and functions defined,
+# `on_each_rank` and `full_inputs` included. So we pass `on_each_rank`
+# as it is, and no rank has to import PyTorch again.
 #
-# Six runs, all in one launch (starting four processes that each import
-# PyTorch takes seconds; the runs themselves take a fraction of that):
-# the three strategies with causal masking and the zigzag layout, and the
-# three again without causal masking but with the key padding mask, in the
-# contiguous layout.
+# One thing does not survive the copy: threads. PyTorch's CPU build runs
+# its parallel loops on GNU OpenMP threads, and a fork copies only the
+# thread that called it; a rank that used the thread pool it inherited
+# would wait forever for threads that are not there. So each forked rank
+# computes on one thread, as the workers of PyTorch's `DataLoader` do.
+# Where the system does not fork (Windows, and macOS, where forking is
+# unsafe), the ranks are fresh Python interpreters that import `fn` by
+# its module and name: there the two functions would go in a module of
+# their own.
+#
+# Six runs, all in one launch: the three strategies with causal masking
+# and the zigzag layout, and the three again without causal masking but
+# with the key padding mask, in the contiguous layout.
 
 # %%
 STRATEGIES = ("ring", "all-gather", "Ulysses")
@@ -235,21 +227,9 @@ RUNS = [  # (strategy, is_causal, layout, key padding)
     *((s, False, "contiguous", True) for s in STRATEGIES),
 ]
 
-source = "\n\n".join(
-    inspect.getsource(f) for f in (full_inputs, on_each_rank)
-)
-with tempfile.TemporaryDirectory() as folder:
-    Path(folder, "sequence_parallel_ranks.py").write_text(source)
-    sys.path.insert(0, folder)
-    ranks_module = importlib.import_module("sequence_parallel_ranks")
-    start = time.perf_counter()
-    try:
-        reports = run_on_ranks(
-            ranks_module.on_each_rank, W, n, RUNS, timeout=120
-        )
-    finally:
-        sys.path.remove(folder)
-    seconds = time.perf_counter() - start
+start = time.perf_counter()
+reports = run_on_ranks(on_each_rank, W, n, RUNS, timeout=120)
+seconds = time.perf_counter() - start
 print(
     f"{W} processes started, ran {len(RUNS)} runs each and returned"
     f" in {seconds:.1f} s"
@@ -257,16 +237,18 @@ print(
 
 # %% [markdown]
 # Four reports came back, one per rank. Each rank was its own process
-# (its own process id, none of them this notebook's) and held the zigzag
-# positions that `shard_sequence` gives here:
+# (its own process id, none of them this notebook's), computed on one
+# thread, and held the zigzag positions that `shard_sequence` gives here:
 
 # %%
 for rank, report in enumerate(reports):
     print(
         f"rank {rank}: process {report['pid']},"
+        f" {report['threads']} thread,"
         f" holds {report['positions'].tolist()}"
     )
 assert len(reports) == W
+assert all(report["threads"] == 1 for report in reports)
 assert len({r["pid"] for r in reports} | {os.getpid()}) == W + 1
 every = torch.arange(n)
 for rank, report in enumerate(reports):
@@ -573,14 +555,14 @@ print(
 # %% [markdown]
 # They shared its cores, its memory and its memory bandwidth, and their
 # "transfers" were copies through the loopback network of one operating
-# system. The wall-clock time printed in section 2 is mostly Python and
-# PyTorch starting up, and
-# the time of the runs says nothing about a GPU cluster, where each rank
-# has a device of its own, the collectives run over NVLink or InfiniBand
-# (NCCL, not gloo), and whether the ring's transfers hide behind its
-# compute is the question that matters. What carries over unchanged is
-# what was checked here: the results are exact, the bytes each rank sends
-# follow the formulas, and the zigzag layout balances causal work.
+# system. The wall-clock time printed in section 2, that of four
+# single-threaded processes sharing these cores, says nothing about a GPU
+# cluster, where each rank has a device of its own, the collectives run
+# over NVLink or InfiniBand (NCCL, not gloo), and whether the ring's
+# transfers hide behind its compute is the question that matters. What
+# carries over unchanged is what was checked here: the results are exact,
+# the bytes each rank sends follow the formulas, and the zigzag layout
+# balances causal work.
 #
 # [Run sequence-parallel attention on GPUs](../../how-to/run-sequence-parallel-on-gpus/)
 # shows the same functions under `torchrun` with NCCL, one GPU per rank;
@@ -594,8 +576,9 @@ print(
 #   ranks; `shard_sequence` gives each rank its $n / W$ positions,
 #   contiguous or zigzag, and `gather_sequence` puts a result back
 #   together.
-# - `run_on_ranks` starts real processes, which import the function they
-#   run by name: a notebook's function goes through a small module first.
+# - `run_on_ranks` starts real processes by forking this one where the
+#   system can, so a function defined in a notebook runs on every rank as
+#   it is; each forked rank computes on one thread.
 # - Ring, all-gather and Ulysses attention all equal dense attention to
 #   float64 rounding, outputs and gradients (asserted above).
 # - Per rank, in one forward and backward pass, the ring sends $2(W-1)$

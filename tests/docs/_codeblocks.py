@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import ROOT
 
 # -- Markdown sources ----------------------------------------------------------------
 

@@ -30,9 +30,9 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import ROOT
+
 # Imported by the server before any fork: only the cost of importing, never state.
 # torch.distributed.tensor is what torch.testing.assert_close imports on its first call
 # (and sympy with it): about a second per program otherwise. The modules the programs
@@ -95,7 +95,7 @@ def run_programs(
         # Headless and like a fresh interpreter on CI: Agg, whatever the caller's backend.
         server_env = {**os.environ, "MPLBACKEND": "Agg", **dict(extra)}
         completed = subprocess.run(
-            [sys.executable, __file__],
+            [sys.executable, "-m", "tests.docs._forkrun"],
             input=json.dumps(request),
             capture_output=True,
             text=True,

@@ -16,12 +16,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-BUILD = ROOT / "build"
-
-# tests/docs is not a package: its test modules import the helpers beside them
-# (_codeblocks, _forkrun, _pages) from here.
-sys.path.insert(0, str(Path(__file__).parent))
+from tests.conftest import BUILD, ROOT
 
 
 @pytest.fixture(scope="session")

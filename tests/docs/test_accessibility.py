@@ -22,13 +22,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _pages import lay_out_everything, site_pages
+
+from tests.conftest import ROOT
+from tests.docs._pages import lay_out_everything, site_pages
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
 pytestmark = [pytest.mark.site, pytest.mark.browser]
 
-ROOT = Path(__file__).resolve().parents[2]
+
 AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
 
 # Browser colour scheme -> the Material scheme mkdocs.yml selects for it.

@@ -19,11 +19,13 @@ from pathlib import Path
 from urllib.parse import urldefrag, urljoin, urlparse
 
 import pytest
-from _pages import lay_out_everything, site_pages
+
+from tests.conftest import ROOT
+from tests.docs._pages import lay_out_everything, site_pages
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
-ROOT = Path(__file__).resolve().parents[2]
+
 SCREENSHOTS = ROOT / "build" / "screenshots"
 
 

@@ -7,17 +7,11 @@ from inside the build's plugins.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-from mkdocs.exceptions import PluginError
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))  # the hooks import their neighbours by name
-
-import mkdocs_hooks  # noqa: E402
-import notebooks  # noqa: E402
+from docs_build import BuildError, tutorials
 
 
 def test_a_failed_claim_names_the_tutorial_cell_section_and_assertion(tmp_path: Path) -> None:
@@ -27,8 +21,8 @@ def test_a_failed_claim_names_the_tutorial_cell_section_and_assertion(tmp_path: 
         "# %% [markdown]\n# ## 2. The claim\n\n# %%\nassert x == 2, f'x is {x}'\n",
         encoding="utf-8",
     )
-    with pytest.raises(notebooks.TutorialError) as failure:
-        notebooks.execute(tutorial)
+    with pytest.raises(tutorials.TutorialError) as failure:
+        tutorials.execute(tutorial)
     first_line = str(failure.value).splitlines()[0]
     assert first_line == (
         "99_example.py failed in code cell 2 (section '2. The claim'): AssertionError: x is 1"
@@ -41,14 +35,17 @@ def test_an_unwritable_notebook_cache_is_one_sentence(tmp_path: Path, monkeypatc
     monkeypatch.chdir(tmp_path)
     (tmp_path / ".cache").write_text("not a folder")
     monkeypatch.setenv("ATTENTION_NOTEBOOK_CACHE", "true")
-    with pytest.raises(PluginError) as failure:
-        mkdocs_hooks._cache_dir()
+    with pytest.raises(BuildError) as failure:
+        tutorials.cache_dir()
     message = str(failure.value)
     assert "\n" not in message
     assert message.startswith("the notebook cache .cache/notebooks is not writable")
     assert "ATTENTION_NOTEBOOK_CACHE=false" in message
 
 
-def test_without_the_variable_there_is_no_cache(monkeypatch) -> None:
+def test_the_cache_is_on_unless_switched_off(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ATTENTION_NOTEBOOK_CACHE", raising=False)
-    assert mkdocs_hooks._cache_dir() is None
+    assert tutorials.cache_dir() == Path(".cache/notebooks")
+    monkeypatch.setenv("ATTENTION_NOTEBOOK_CACHE", "false")
+    assert tutorials.cache_dir() is None

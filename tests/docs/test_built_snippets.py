@@ -23,7 +23,7 @@ Not checked here, on purpose:
 * blocks the build executed (markdown-exec): the strict build already ran each as a
   reader runs a pasted block. markdown-exec gives it a fresh namespace, and the build
   resets the state torch, NumPy and matplotlib keep (random state, defaults, print
-  options) before it (``scripts/mkdocs_hooks.py``), so a block that forgot an import or
+  options) before it (``docs_build/pages.py``), so a block that forgot an import or
   leaned on an earlier block fails the build. What the build runs besides the copied
   text, the lines marked ``# markdown-exec: hide``, defines nothing the copied text
   reads (checked below). ``test_exec_output`` runs them again where a reader's machine
@@ -35,7 +35,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _codeblocks import (
+
+from tests.conftest import ROOT
+from tests.docs._codeblocks import (
     TUTORIAL_PAGE,
     CodeBlock,
     built_code_blocks,
@@ -47,9 +49,8 @@ from _codeblocks import (
     shown_source,
     site_pages,
 )
-from _forkrun import Result, run_programs
+from tests.docs._forkrun import Result, run_programs
 
-ROOT = Path(__file__).resolve().parents[2]
 EXECUTED = [
     fence
     for page in sorted((ROOT / "docs").rglob("*.md"))

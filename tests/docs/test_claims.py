@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from _codeblocks import READS_CLOCK, markdown_fences
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCS = ROOT / "docs"
+from tests.conftest import DOCS, ROOT
+from tests.docs._codeblocks import READS_CLOCK, markdown_fences
+
 TUTORIALS = sorted((DOCS / "tutorials").glob("[0-9][0-9]_*.py"))
 PAGES = sorted(DOCS.rglob("*.md"))
 

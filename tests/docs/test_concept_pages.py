@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import ROOT
+
 CONCEPTS = sorted(p for p in (ROOT / "docs" / "concepts").glob("*.md") if p.name != "index.md")
 
 

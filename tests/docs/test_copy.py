@@ -17,7 +17,8 @@ from pathlib import Path
 from urllib.parse import urljoin
 
 import pytest
-from _codeblocks import (
+
+from tests.docs._codeblocks import (
     CodeBlock,
     built_code_blocks,
     copied_text,

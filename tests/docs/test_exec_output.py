@@ -36,10 +36,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from _codeblocks import READS_CLOCK, ExecBlock, exec_blocks, is_on, markdown_fences
-from _forkrun import run_programs
+from tests.conftest import ROOT
+from tests.docs._codeblocks import READS_CLOCK, ExecBlock, exec_blocks, is_on, markdown_fences
+from tests.docs._forkrun import run_programs
 
-ROOT = Path(__file__).resolve().parents[2]
 CONCEPTS = sorted((ROOT / "docs" / "concepts").glob("*.md"))
 # What markdown-exec's print does not honour (it honours ``end``).
 IGNORED_BY_MARKDOWN_EXEC = {"sep", "file", "flush"}

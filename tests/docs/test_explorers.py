@@ -27,10 +27,7 @@ import pytest
 import torch
 
 import attention
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-import site_explorers  # noqa: E402
+from docs_build import explorers
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -265,7 +262,7 @@ def test_the_pages_arithmetic_is_the_packages_to_1e_12(page, site_url: str) -> N
     for want, have in zip(mask_cases, got["masks"], strict=True):
         assert have == want["mask"], f"{want['kind']} mask {want['args']}"
     for seed, draws in zip(seeds, got["normals"], strict=True):
-        draw = site_explorers.normals(seed)
+        draw = explorers.normals(seed)
         assert close(draws, [draw() for _ in range(50)]), f"normals({seed})"
 
 
@@ -288,9 +285,9 @@ def _playground_points(live) -> tuple[list[float], list[list[float]], list[list[
 
 def _package_playground(query, keys, values, D: int, scale: float):
     """The playground's numbers, by the package: components 3..D as the page draws them."""
-    draw = site_explorers.normals(7 + D)
-    extra_q = site_explorers.random_matrix(1, D - 2, draw)
-    extra_k = site_explorers.random_matrix(len(keys), D - 2, draw)
+    draw = explorers.normals(7 + D)
+    extra_q = explorers.random_matrix(1, D - 2, draw)
+    extra_k = explorers.random_matrix(len(keys), D - 2, draw)
     q = torch.cat([torch.tensor([query], dtype=torch.float64), extra_q], dim=-1)
     k = torch.cat([torch.tensor(keys, dtype=torch.float64), extra_k], dim=-1)
     v = torch.tensor(values, dtype=torch.float64)
@@ -311,7 +308,7 @@ def _assert_playground_is_the_package(live, D: int, scale: float) -> torch.Tenso
 
 def test_sdpa_playground_drag_keys_and_sliders(page, site_url: str) -> None:
     live = open_explorer(page, site_url, "sdpa")
-    state = site_explorers.SDPA_STATE
+    state = explorers.SDPA_STATE
     start = _assert_playground_is_the_package(live, 2, 1 / math.sqrt(2))
     assert _playground_points(live) == (state["query"], state["keys"], state["values"])
 
@@ -374,7 +371,7 @@ def _run_shown_code(live) -> torch.Tensor:
 
 def test_mask_explorer_builds_the_masks_its_code_builds(page, site_url: str) -> None:
     live = open_explorer(page, site_url, "masks")
-    state = site_explorers.MASK_STATE
+    state = explorers.MASK_STATE
     assert _run_shown_code(live).tolist() == data(live, "mask")
 
     _set_range(live, "queries L", 4)
@@ -392,9 +389,9 @@ def test_mask_explorer_builds_the_masks_its_code_builds(page, site_url: str) -> 
     # Sequence 2 keeps keys 0 and 1 only, and its queries sit at positions 3..6 with a
     # window of 3 (keys p - 2 .. p): query 0 keeps key 1, queries 1 to 3 keep nothing.
     live.get_by_label("show").select_option("1")
-    draw = site_explorers.normals(state["seed"])
-    q = site_explorers.random_matrix(10, 4, draw)[:4]
-    k = site_explorers.random_matrix(10, 4, draw)[:7]
+    draw = explorers.normals(state["seed"])
+    q = explorers.random_matrix(10, 4, draw)[:4]
+    k = explorers.random_matrix(10, 4, draw)[:7]
     weights = attention.attention_weights(q, k, attn_mask=expected[1])
     assert close(data(live, "weights"), weights)
     assert weights[1:].abs().sum() == 0 and weights[0, 1] == 1
@@ -420,11 +417,11 @@ def test_mask_explorer_builds_the_masks_its_code_builds(page, site_url: str) -> 
 
 def test_online_softmax_steps_are_attention_over_the_keys_seen(page, site_url: str) -> None:
     live = open_explorer(page, site_url, "online-softmax")
-    state = site_explorers.ONLINE_STATE
-    draw = site_explorers.normals(state["seed"])
-    q = site_explorers.random_matrix(1, state["D"], draw)
-    K = site_explorers.random_matrix(state["S"], state["D"], draw)
-    V = site_explorers.random_matrix(state["S"], 2, draw)
+    state = explorers.ONLINE_STATE
+    draw = explorers.normals(state["seed"])
+    q = explorers.random_matrix(1, state["D"], draw)
+    K = explorers.random_matrix(state["S"], state["D"], draw)
+    V = explorers.random_matrix(state["S"], 2, draw)
     dense = attention.scaled_dot_product_attention(q, K, V)[0]
     assert close(data(live, "dense"), dense)
 

@@ -12,18 +12,16 @@ import base64
 import io
 import json
 import re
-import sys
 from pathlib import Path
 
 import jupytext
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-TUTORIALS = sorted((ROOT / "docs" / "tutorials").glob("[0-9][0-9]_*.py"))
-sys.path.insert(0, str(ROOT / "scripts"))
+from docs_build import figures, tutorials
+from tests.conftest import ROOT
 
-import notebooks  # noqa: E402
-import site_figures  # noqa: E402
+TUTORIALS = sorted((ROOT / "docs" / "tutorials").glob("[0-9][0-9]_*.py"))
+
 
 FIGURE = re.compile(r'<figure class="site-figure">(.*?)</figure>', re.DOTALL)
 IMG = re.compile(r"<img\b([^>]*)>")
@@ -36,7 +34,7 @@ def declared_figures(tutorial: Path) -> list[tuple[int, list[str], str]]:
     """(cell index, captions, source) of every code cell of a tutorial."""
     cells = jupytext.read(tutorial).cells
     return [
-        (i, notebooks._captions(cell), cell.source)
+        (i, tutorials._captions(cell), cell.source)
         for i, cell in enumerate(cells)
         if cell.cell_type == "code"
     ]
@@ -83,7 +81,7 @@ def test_each_markdown_page_shows_every_figure_it_publishes(built_site: Path) ->
     pages = [p for p in docs.rglob("*.md") if "publish(fig" in p.read_text()]
     assert len(pages) >= 8
     for source in pages:
-        # An explorer's block shows one figure too: the static one (site_explorers).
+        # An explorer's block shows one figure too: the static one (docs_build.explorers).
         expected = len(
             re.findall(r"^\s*(publish\(|\w+_explorer\(\))", source.read_text(), re.MULTILINE)
         )
@@ -128,13 +126,13 @@ def test_labels_are_large_enough_once_shrunk_into_the_column(built_site: Path) -
     for svg in (built_site / "assets" / "figures").glob("*.svg"):
         text = svg.read_text()
         width_px = float(size.search(text).group(1)) * 96 / 72
-        shrink = min(1.0, site_figures.CONTENT_WIDTH_PX / width_px)
+        shrink = min(1.0, figures.CONTENT_WIDTH_PX / width_px)
         sizes = [float(a or b) for a, b in font.findall(text)]
         # matplotlib writes sizes in pt-as-px units of the SVG's own coordinate system
         smallest = min(sizes, default=99) * 96 / 72 * shrink
         # Sizes are chosen from the figure's tight box before the labels grow, and grown
         # labels can widen that box by a few percent: allow that much below the floor.
-        assert smallest >= site_figures.MIN_DATA_LABEL_PX * 0.95, f"{svg.name}: {smallest:.1f} px"
+        assert smallest >= figures.MIN_DATA_LABEL_PX * 0.95, f"{svg.name}: {smallest:.1f} px"
 
 
 def test_axis_labels_are_enlarged_to_body_small_print() -> None:
@@ -149,14 +147,14 @@ def test_axis_labels_are_enlarged_to_body_small_print() -> None:
     ax.text(0, 0, "0.00", fontsize=4)  # a number on a heatmap cell
     ax.set_title("title", fontsize=8)
     ax.set_xlabel("key", fontsize=8)
-    svg = site_figures.render_svg(fig)
+    svg = figures.render_svg(fig)
     plt.close(fig)
     width_px = float(re.search(r'<svg[^>]*?width="([\d.]+)pt"', svg).group(1)) * 96 / 72
-    shrink = min(1.0, site_figures.CONTENT_WIDTH_PX / width_px)
+    shrink = min(1.0, figures.CONTENT_WIDTH_PX / width_px)
     sizes = sorted({float(s) for s in re.findall(r"font-size:\s*([\d.]+)px", svg)})
     on_screen = [s * 96 / 72 * shrink for s in sizes]
-    assert min(on_screen) >= site_figures.MIN_DATA_LABEL_PX - 0.1  # the cell number
-    assert sorted(on_screen)[1] >= site_figures.MIN_LABEL_PX - 0.1  # the labels
+    assert min(on_screen) >= figures.MIN_DATA_LABEL_PX - 0.1  # the cell number
+    assert sorted(on_screen)[1] >= figures.MIN_LABEL_PX - 0.1  # the labels
 
 
 def test_downloadable_notebooks_carry_their_outputs(built_site: Path) -> None:
@@ -168,7 +166,7 @@ def test_downloadable_notebooks_carry_their_outputs(built_site: Path) -> None:
         images = [o for o in outputs if "image/svg+xml" in o.get("data", {})]
         expected = sum(len(c) for _, c, _ in declared_figures(tutorial))
         assert len(images) == expected, f"{tutorial.name}: {len(images)} images in the .ipynb"
-        assert not any(notebooks.DARK_SVG in o.get("data", {}) for o in outputs)
+        assert not any(tutorials.DARK_SVG in o.get("data", {}) for o in outputs)
         assert (folder / tutorial.name).read_text() == tutorial.read_text()
         # its first cell installs the package where it is missing (Colab)
         first = "".join(notebook["cells"][0]["source"])
@@ -212,7 +210,7 @@ def test_mathtext_in_figure_text_fails_the_render(where: str, label: str) -> Non
     elif where == "text":
         ax.text(1, 2, label)
     with pytest.raises(ValueError, match=r"use Unicode instead of \$\.\.\.\$") as error:
-        site_figures.render_svg(fig, dark=where == "text")
+        figures.render_svg(fig, dark=where == "text")
     assert repr(label) in str(error.value)  # names the offending text
 
 
@@ -223,7 +221,7 @@ def test_unicode_dollars_and_log_ticks_pass_the_mathtext_check() -> None:
     ax.set_yscale("log", base=2)  # tick labels "$\mathdefault{2^{-4}}$" ...
     ax.set(title="scale 1/√D", xlabel="‖∂ℒ/∂z‖", ylabel="running sum ℓₜ")
     ax.legend()
-    svg = site_figures.render_svg(fig)
+    svg = figures.render_svg(fig)
     assert "1/√D" in svg and "ℓₜ" in svg
 
 
@@ -235,14 +233,14 @@ def _recoloured_render(fig) -> str:
     """
     import matplotlib as mpl
 
-    change = site_figures._Edits()
-    with mpl.rc_context(site_figures.RC_PARAMS):
+    change = figures._Edits()
+    with mpl.rc_context(figures.RC_PARAMS):
         try:
-            texts = site_figures._enlarge_labels(fig, change)
+            texts = figures._enlarge_labels(fig, change)
             fig.draw_without_rendering()
             bbox = fig.get_tightbbox().padded(mpl.rcParams["savefig.pad_inches"])
             fig.set_layout_engine("none")
-            site_figures._recolour_for_dark(fig, texts, change)
+            figures._recolour_for_dark(fig, texts, change)
             buffer = io.StringIO()
             fig.savefig(buffer, format="svg", bbox_inches=bbox, transparent=True)
         finally:
@@ -280,7 +278,7 @@ def test_dark_twin_draws_what_a_recoloured_render_draws(browser) -> None:
         return fig
 
     fig = draw()
-    light, dark = site_figures.render_pair(fig)
+    light, dark = figures.render_pair(fig)
     plt.close(fig)
     fig = draw()
     reference = _recoloured_render(fig)
@@ -305,4 +303,4 @@ def test_dark_twin_draws_what_a_recoloured_render_draws(browser) -> None:
     differing = int((np.abs(twin - drawn).max(axis=2) > 8).sum())
     assert differing == 0, f"{differing} pixels differ between the twin and the recoloured render"
     # And the dark render is dark: the light text really was recoloured.
-    assert site_figures.DARK_FOREGROUND in dark and site_figures.DARK_FOREGROUND not in light
+    assert figures.DARK_FOREGROUND in dark and figures.DARK_FOREGROUND not in light

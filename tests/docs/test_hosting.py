@@ -27,9 +27,9 @@ from xml.etree import ElementTree
 
 import pytest
 
-pytestmark = pytest.mark.site
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.site
 
 
 class _PrefixHandler(http.server.SimpleHTTPRequestHandler):

@@ -1,4 +1,4 @@
-"""Math is typeset when the site is built (scripts/katex_hook.py), never in the browser.
+"""Math is typeset when the site is built (docs_build/math.py), never in the browser.
 
 A reader sees finished formulas at once, with JavaScript off too; no KaTeX script is
 shipped; the search index holds readable text, never TeX and never "¶".
@@ -6,7 +6,6 @@ shipped; the search index holds readable text, never TeX and never "¶".
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -16,9 +15,11 @@ from pathlib import Path
 from urllib.parse import urljoin
 
 import pytest
-from _pages import lay_out_everything
 
-ROOT = Path(__file__).resolve().parents[2]
+from docs_build import math
+from tests.conftest import ROOT
+from tests.docs._pages import lay_out_everything
+
 KATEX_JS = ROOT / "docs" / "assets" / "vendor" / "katex" / "katex.min.js"
 
 # What a reader would see of untypeset math: the delimiters arithmatex emits, $$, and
@@ -205,21 +206,12 @@ def test_no_raw_tex_without_javascript_on_a_phone(browser, built_site: Path, sit
     assert formulas >= MIN_FORMULAS
 
 
-# --- the hook itself, on formulas of its own ------------------------------------------
+# --- the step itself, on formulas of its own ------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def hook():
-    spec = importlib.util.spec_from_file_location("katex_hook", ROOT / "scripts" / "katex_hook.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("katex_hook", module)  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def renderer(hook):
-    renderer = hook.KatexRenderer(KATEX_JS)
+def renderer():
+    renderer = math.KatexRenderer(KATEX_JS)
     yield renderer
     renderer.close()
 
@@ -247,10 +239,10 @@ def renderer(hook):
         (r"a < b", "a &lt; b"),  # escaped: the index holds HTML
     ],
 )
-def test_text_form_reads_like_the_formula(hook, renderer, tex: str, text: str) -> None:
+def test_text_form_reads_like_the_formula(renderer, tex: str, text: str) -> None:
     [result] = renderer.render([(tex, False)])
     assert "error" not in result
-    assert hook.text_form(result["html"]) == text
+    assert math.text_form(result["html"]) == text
 
 
 def test_a_formula_katex_cannot_parse_fails_the_strict_build(tmp_path: Path) -> None:
@@ -261,7 +253,7 @@ def test_a_formula_katex_cannot_parse_fails_the_strict_build(tmp_path: Path) -> 
     (docs / "broken.md").write_text("# Broken\n\nA typo: \\(\\frac{1}{\\sqrt{d}\\).\n")
     (tmp_path / "mkdocs.yml").write_text(
         "site_name: t\nstrict: true\n"
-        f"hooks: [{ROOT / 'scripts' / 'katex_hook.py'}]\n"
+        "plugins: [attention-site]\n"
         "markdown_extensions: [{pymdownx.arithmatex: {generic: true}}]\n"
     )
     result = subprocess.run(

@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _pages import lay_out_everything, site_pages
+
+from tests.docs._pages import lay_out_everything, site_pages
 
 sync_api = pytest.importorskip("playwright.sync_api")
 

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from _codeblocks import OPENING
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCS = ROOT / "docs"
+from tests.conftest import DOCS, ROOT
+from tests.docs._codeblocks import OPENING
+
 PAGES = sorted(p for p in DOCS.rglob("*.md") if "assets" not in p.relative_to(DOCS).parts)
 TUTORIALS = sorted((DOCS / "tutorials").glob("[0-9][0-9]_*.py"))
 MODULES = sorted((ROOT / "attention").glob("*.py"))

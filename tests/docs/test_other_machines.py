@@ -40,8 +40,8 @@ from pathlib import Path
 import pytest
 from mkdocs.utils.meta import get_data
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCS = ROOT / "docs"
+from tests.conftest import DOCS, ROOT
+
 TUTORIALS = sorted((DOCS / "tutorials").glob("[0-9][0-9]_*.py"))
 # A tutorial that reads its seed from the environment: it trains.
 READS_SEED = re.compile(r"""os\.environ\.get\(\s*["']ATTENTION_SEED["']""")

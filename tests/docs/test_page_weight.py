@@ -10,8 +10,6 @@ import gzip
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
 PAGE_BUDGET_KB = 150
 TUTORIAL_BUDGET_KB = 60
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from _codeblocks import Element, parse_html
-
 import attention
+from tests.conftest import ROOT
+from tests.docs._codeblocks import Element, parse_html
 
-ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "docs" / "reference" / "index.md"
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jupytext
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import ROOT
 
 
 def html_pages(site: Path) -> list[Path]:
@@ -115,7 +115,7 @@ def test_every_concept_page_shows_its_executed_output(built_site: Path) -> None:
 
 def test_no_id_appears_twice_on_a_page(built_site: Path) -> None:
     # Code blocks rendered by markdown-exec and mkdocstrings each restart the line-id
-    # counter (scripts/a11y_hook.py renumbers them): a duplicate id is invalid HTML, axe
+    # counter (docs_build/accessibility.py renumbers them): a duplicate id is invalid HTML, axe
     # flags it, and a link to the line lands on the first block with that number.
     pages = sorted(built_site.rglob("*.html"))
     assert len(pages) > 30
@@ -129,7 +129,7 @@ def test_no_id_appears_twice_on_a_page(built_site: Path) -> None:
 
 
 def test_every_link_within_a_page_has_its_target(built_site: Path) -> None:
-    # Renumbering code-line ids (scripts/a11y_hook.py) once left the line-number links
+    # Renumbering code-line ids (docs_build/accessibility.py) once left the line-number links
     # of mkdocstrings' source blocks pointing at ids that no longer existed.
     pages = sorted(built_site.rglob("*.html"))
     broken = {}

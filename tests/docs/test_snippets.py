@@ -15,15 +15,15 @@ Each block runs in a fresh namespace, with nothing left over from the block befo
 from __future__ import annotations
 
 import doctest
-from pathlib import Path
 
 import matplotlib
 import matplotlib.pyplot as plt
 import pytest
 import torch
-from _codeblocks import Fence, markdown_fences
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import ROOT
+from tests.docs._codeblocks import Fence, markdown_fences
+
 README = ROOT / "README.md"
 SNIPPETS = [
     *markdown_fences(README, {"python", "py", "pycon"}),

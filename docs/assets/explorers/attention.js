@@ -17,7 +17,7 @@
 // Matrices are arrays of rows (arrays of numbers); masks arrays of rows of booleans.
 
 export function defaultScale(D) {
-  return D > 0 ? 1 / Math.sqrt(D) : 1 // as attention.functional.default_scale
+  return D > 0 ? 1 / Math.sqrt(D) : 1 // as attention._kernels.default_scale
 }
 
 function dot(a, b) {

@@ -1,4 +1,4 @@
-"""Make every box that can scroll sideways reachable by keyboard (registered in mkdocs.yml).
+"""Build step: every box that can scroll sideways reachable by keyboard; unique line ids.
 
 A reader who cannot use a mouse scrolls a box with the arrow keys once it has focus, and
 a box gets focus only if it is focusable (WCAG 2.1.1; axe's rule
@@ -32,9 +32,6 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import Any
-
-from mkdocs.plugins import event_priority
 
 # Each pattern matches an opening tag up to (not including) its ">" or "/>", and only tags
 # without a tabindex of their own. HTML inside code blocks is escaped (&lt;table&gt;), so
@@ -76,8 +73,9 @@ def unique_line_ids(html: str) -> str:
     return CODE_BLOCK.sub(renumber, html)
 
 
-# Last: scripts/katex_hook.py swaps each formula's placeholder element for the typeset
-# one in its own on_post_page, and matches the placeholder's attributes exactly.
-@event_priority(-100)
-def on_post_page(output: str, page: Any, **kwargs: Any) -> str:
-    return unique_line_ids(focusable_scroll_boxes(output))
+def accessible(html: str) -> str:
+    """Both rules of this module. After math is typeset (``math.py`` swaps each
+    formula's placeholder element for KaTeX's, and matches the placeholder's attributes
+    exactly, so a ``tabindex`` added first would hide it).
+    """
+    return unique_line_ids(focusable_scroll_boxes(html))

@@ -1,4 +1,4 @@
-"""Execute the tutorials as Jupyter notebooks and turn each into a Markdown page.
+"""Build step: execute the tutorials as Jupyter notebooks, turn each into a Markdown page.
 
 The tutorials are jupytext percent scripts (``docs/tutorials/NN_*.py``). At build time
 each one is read as a notebook, executed in its own Jupyter kernel (several at once),
@@ -9,7 +9,7 @@ and rendered as an ordinary Markdown page of the site:
 - Code cells become highlighted code blocks inside ``<div class="nb-cell">``, excluded
   from the search index (readers search for ideas, not for ``torch.manual_seed``).
 - Printed output follows in a ``<pre class="nb-output">`` block.
-- Figures come out of the kernel as a light and a dark SVG (``site_figures``), each
+- Figures come out of the kernel as a light and a dark SVG (``figures``), each
   with the caption its cell declares in its header: ``# %% caption="..."``, or
   ``captions=["...", "..."]`` for a cell that draws several. A figure without a caption,
   or a caption without a figure, fails the build.
@@ -24,6 +24,13 @@ tutorials the kernel is returned to the state a fresh one has (``kernel_state``:
 namespace, torch's start-up random state and defaults, matplotlib's style, warning
 filters, working directory), and execution counts are renumbered from 1, so a page
 and its download are what a fresh kernel gives.
+
+Execution is a step of its own: ``python -m docs_build.tutorials`` (``make tutorials``)
+executes every tutorial whose cached run is missing or stale, and the site's build then
+renders from the cache. The cache (``.cache/notebooks/``) is keyed by a hash of
+everything a run depends on (:func:`cache_key`), so it is never stale;
+``ATTENTION_NOTEBOOK_CACHE=false`` switches it off. The build executes what the cache
+lacks itself, while the other pages render.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -48,9 +56,13 @@ from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 from nbformat import NotebookNode
 
+from docs_build import BuildError
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PACKAGE = ROOT / "attention"
+TUTORIALS = ROOT / "docs" / "tutorials"
+CACHE = Path(".cache") / "notebooks"  # relative: beside the mkdocs.yml being built
 # The mimetype under which the kernel returns the dark render of a figure. It is a
 # site-only detail: it is removed from the notebooks offered for download.
 DARK_SVG = "application/vnd.attention-site.dark-svg+xml"
@@ -61,8 +73,6 @@ HEAD_VIEW = "application/vnd.attention.head-view+json"
 
 # Run in the kernel before the first cell (and removed from the notebook afterwards).
 KERNEL_SETUP = f"""
-import sys
-sys.path.insert(0, {str(HERE)!r})
 from IPython import get_ipython
 # The inline backend registers its own figure formatters when it is switched on, so
 # switch it on first, then replace them with the site's light and dark renders.
@@ -70,7 +80,7 @@ get_ipython().run_line_magic("matplotlib", "inline")
 from IPython.core.formatters import BaseFormatter
 from matplotlib.figure import Figure
 from traitlets import ObjectName, Unicode
-import site_figures
+from docs_build import figures as site_figures
 site_figures.apply_style()
 
 class _DarkSVGFormatter(BaseFormatter):
@@ -83,14 +93,14 @@ _display.formatters[{LIGHT_SVG!r}].for_type(Figure, site_figures.light_for_displ
 _display.formatters[{DARK_SVG!r}].for_type(Figure, site_figures.dark_for_display)
 _display.formatters["image/png"].enabled = False
 del _display, _DarkSVGFormatter, BaseFormatter, ObjectName, Unicode
-import kernel_state
+from docs_build import kernel_state
 kernel_state.snapshot()
 """
 
 # Run before the first cell of every later tutorial in the same kernel (and removed).
 KERNEL_RESET = """
 get_ipython().run_line_magic("reset", "-f")
-import kernel_state
+from docs_build import kernel_state
 kernel_state.restore()
 del kernel_state
 """
@@ -110,13 +120,24 @@ class Executed:
     cached: bool
 
 
+# The environment a run reads: the tutorials that train take their seed from
+# ATTENTION_SEED, and ATen's kernels and thread counts change the printed digits.
+KEY_ENVIRONMENT = ("ATTENTION_SEED", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS")
+
+
 def cache_key(source: Path) -> str:
     """Hash of everything an executed tutorial depends on: itself, the package, the
-    kernel's setup and the figure rendering. A change to any of them re-executes it."""
-    digest = hashlib.sha256((KERNEL_SETUP + KERNEL_RESET).encode())
+    kernel's setup, the figure rendering, torch's version and the environment variables
+    the runs read. A change to any of them re-executes it.
+    """
+    import torch
+
+    digest = hashlib.sha256((KERNEL_SETUP + KERNEL_RESET + torch.__version__).encode())
+    for name in KEY_ENVIRONMENT:
+        digest.update(f"{name}={os.environ.get(name, '')}\0".encode())
     inputs = [
         source.resolve(),
-        HERE / "site_figures.py",
+        HERE / "figures.py",
         HERE / "kernel_state.py",
         *sorted(PACKAGE.rglob("*.py")),
     ]
@@ -222,7 +243,8 @@ def execute(
 def _where(notebook: NotebookNode) -> str:
     """The cell that raised, as readers of the page and of the source find it: its
     number among the code cells, the heading above it, and the error (for a failed
-    claim, the assertion's message)."""
+    claim, the assertion's message).
+    """
     heading, code_cells = "(before the first heading)", 0
     for cell in notebook.cells[1:]:  # the first is the kernel's setup, not the tutorial
         if cell.cell_type == "markdown":
@@ -309,7 +331,8 @@ def install_cell(repo_url: str) -> NotebookNode:
 
 def for_download(notebook: NotebookNode, repo_url: str | None = None) -> NotebookNode:
     """The notebook readers download: outputs kept, the site-only dark renders dropped,
-    and (when the repository is known) a first cell that installs the package."""
+    and (when the repository is known) a first cell that installs the package.
+    """
     copy = nbformat.from_dict(json.loads(json.dumps(notebook)))
     for cell in copy.cells:
         for output in cell.get("outputs", []):
@@ -344,7 +367,8 @@ def _figure(data: dict[str, str], caption: str) -> str:
 
 def _head_view(state: dict[str, object]) -> str:
     """An ``attention.viz.HeadView``: the site's explorers mount it (their loader runs on
-    every page); its inline script, for Jupyter, stays in the notebook download."""
+    every page); its inline script, for Jupyter, stays in the notebook download.
+    """
     data = html.escape(json.dumps(state), quote=True)
     return (
         f'<div class="explorer" data-explorer="head-view" data-state="{data}">'
@@ -424,3 +448,75 @@ def to_markdown(executed: Executed) -> str:
         parts.append('<div class="nb-cell" data-search-exclude markdown>\n\n')
         parts[-1] += "\n\n".join(body) + "\n\n</div>"
     return "\n\n".join(parts) + "\n"
+
+
+def cache_dir() -> Path | None:
+    """The notebook cache, checked writable; None with ``ATTENTION_NOTEBOOK_CACHE=false``.
+
+    Raises:
+        BuildError: If the cache folder cannot be created or written.
+    """
+    if os.environ.get("ATTENTION_NOTEBOOK_CACHE", "true").lower() in ("0", "false", "no"):
+        return None
+    try:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=CACHE):
+            pass
+    except OSError as error:
+        raise BuildError(
+            f"the notebook cache {CACHE} is not writable ({error.strerror}): make it "
+            "writable, or set ATTENTION_NOTEBOOK_CACHE=false to run the tutorials uncached"
+        ) from None
+    return CACHE
+
+
+def sources(folder: Path = TUTORIALS) -> list[Path]:
+    """The tutorials, in the order of their numbers."""
+    return sorted(folder.glob("[0-9][0-9]_*.py"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m docs_build.tutorials [FILE ...]``: execute what the cache lacks."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m docs_build.tutorials",
+        description="Execute the tutorials into the notebook cache the site's build "
+        "renders from. Runs only those whose cached run is missing or stale.",
+    )
+    parser.add_argument("files", nargs="*", type=Path, help="tutorials (default: all)")
+    parser.add_argument("--jobs", type=int, default=None, help="kernels side by side")
+    args = parser.parse_args(argv)
+    cache = cache_dir()
+    if cache is None:
+        parser.error("ATTENTION_NOTEBOOK_CACHE=false: there is no cache to fill")
+    todo = args.files or sources()
+    missing = [path for path in todo if not path.is_file()]
+    if missing:
+        parser.error(f"no such tutorial: {', '.join(map(str, missing))}")
+    start = time.perf_counter()
+    failed = 0
+    for path, future in zip(todo, start_all(todo, cache, args.jobs), strict=True):
+        try:
+            run = future.result()
+        except TutorialError as error:
+            failed += 1
+            print(f"FAILED {error}", file=sys.stderr, flush=True)
+            continue
+        how = "cached" if run.cached else f"executed in {run.seconds:.1f} s"
+        print(f"{path.name}: {how}", flush=True)
+    # Let each worker shut its kernel down before this process exits (the kernels
+    # would otherwise find their parent gone and say so).
+    for thread in threading.enumerate():
+        if thread.name.startswith("tutorials-"):
+            thread.join(timeout=30)
+    print(
+        f"{len(todo) - failed} of {len(todo)} tutorials in {cache}/ "
+        f"({time.perf_counter() - start:.0f} s)",
+        flush=True,
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -17,18 +17,24 @@ site gets the same treatment:
 - **Reproducible bytes**: fixed hash salt and no date, so an unchanged figure keeps its
   content-hashed file name (and the reader's cache) from one build to the next.
 
-The SVGs travel inside the page as ``data:`` URIs; the build hook
-(``scripts/mkdocs_hooks.py``) moves each one into its own cached, lazily loaded file.
+The SVGs travel inside the page as ``data:`` URIs; :func:`figure_files` (a step of the
+site's build, run before any other reads the page) moves each one into its own
+content-hashed SVG file under ``assets/figures/``, loaded lazily, with its size declared
+(no layout shift) and the ``#only-light`` / ``#only-dark`` fragment that makes Material
+show the render that matches the reader's colour scheme.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import html
 import inspect
 import io
+import posixpath
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 import matplotlib as mpl
 from matplotlib import cbook
@@ -151,7 +157,8 @@ def _data_labels(fig: Figure) -> set[int]:
 
 def _enlarge_labels(fig: Figure, change: _Change) -> list[Text]:
     """Grow every label that would end up under its floor once the figure is shrunk to
-    the content column; return the figure's visible texts."""
+    the content column; return the figure's visible texts.
+    """
     shrink = min(1.0, CONTENT_WIDTH_PX / (_width_in(fig) * 96))
     data_labels = _data_labels(fig)
     texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text()]
@@ -321,7 +328,8 @@ def _marker_paint_to_uses(svg: str) -> str:
     """Drop the stroke colour from the markers' shapes in <defs>, so that each copy a
     <use> draws takes it from that <use>. A style rule cannot reach those copies, but
     it reaches the <use>s; width and joins stay on the shape (the SVG's own ``*`` rule
-    would otherwise round the corners of square markers)."""
+    would otherwise round the corners of square markers).
+    """
     return _MARKER_STYLE.sub(lambda m: m[1] + _STROKE_PAINT.sub("", m[2]).rstrip("; ") + '"', svg)
 
 
@@ -334,7 +342,8 @@ def _save_svg(fig: Figure, bbox: Bbox) -> str:
 def _drop_layout_engine(fig: Figure) -> None:
     """No layout engine at all, not ``"none"``: that leaves a placeholder engine, and
     ``savefig`` draws a figure with any engine once more before it renders it (a
-    third of a constrained figure's cost), to let the engine lay it out."""
+    third of a constrained figure's cost), to let the engine lay it out.
+    """
     no_default_engine = {"figure.autolayout": False, "figure.constrained_layout.use": False}
     with mpl.rc_context(no_default_engine):
         fig.set_layout_engine(None)
@@ -412,9 +421,10 @@ def figure_html(fig: Figure, caption: str) -> str:
     """A ``<figure>`` with the light and dark renders and a caption.
 
     The caption (plain text) is also the images' alt text: it says what the figure
-    shows, so a reader who cannot see the picture still gets its content. The build hook
-    turns the ``data:`` URIs into files and adds the ``#only-light``/``#only-dark``
-    fragments that let Material show the one matching the colour scheme.
+    shows, so a reader who cannot see the picture still gets its content.
+    :func:`figure_files` turns the ``data:`` URIs into files and adds the
+    ``#only-light``/``#only-dark`` fragments that let Material show the one matching the
+    colour scheme.
     """
     if not caption or not caption.strip():
         raise ValueError("every figure on the site needs a caption saying what it shows")
@@ -438,3 +448,37 @@ def publish(fig: Figure, caption: str) -> None:
     block_print = inspect.currentframe().f_back.f_globals.get("print", print)  # type: ignore[union-attr]
     block_print(figure_html(fig, caption))
     plt.close(fig)
+
+
+FIGURE_DIR = "assets/figures"
+DATA_IMG = re.compile(
+    r'<img src="data:image/svg\+xml;base64,(?P<data>[A-Za-z0-9+/=]+)" '
+    r'data-scheme="(?P<scheme>light|dark)"'
+)
+SVG_SIZE = re.compile(r'<svg[^>]*?width="([\d.]+)pt" height="([\d.]+)pt"')
+
+
+def _figure_file(match: re.Match[str], page_url: str, site: Path) -> str:
+    svg = base64.b64decode(match["data"])
+    name = hashlib.sha256(svg).hexdigest()[:16] + ".svg"
+    target = site / FIGURE_DIR / name
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(svg)
+    size = SVG_SIZE.search(svg[:2000].decode(errors="replace"))
+    dims = ""
+    if size:  # points to CSS pixels: the browser reserves the box before it loads
+        width, height = (round(float(v) * 96 / 72) for v in size.groups())
+        dims = f' width="{width}" height="{height}"'
+    src = posixpath.relpath(f"{FIGURE_DIR}/{name}", page_url or ".")
+    return f'<img src="{src}#only-{match["scheme"]}" loading="lazy" decoding="async"{dims}'
+
+
+def figure_files(html: str, page_url: str, site: Path) -> str:
+    """Write every inline figure of a page to ``site/assets/figures/<hash>.svg`` and
+    point its ``<img>`` there (module docstring). ``page_url``: the page's address
+    relative to the site, without its trailing slash.
+    """
+    if "data:image/svg+xml;base64," not in html:
+        return html
+    return DATA_IMG.sub(lambda m: _figure_file(m, page_url, site), html)

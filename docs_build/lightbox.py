@@ -1,4 +1,4 @@
-"""MkDocs hook: figure zoom (mkdocs-glightbox) that neither delays the page nor breaks
+"""Build step: figure zoom (mkdocs-glightbox) that neither delays the page nor breaks
 the light/dark pairs of figures.
 
 Loading. The plugin puts GLightbox's 56 KB script and its stylesheet into ``<head>``,
@@ -22,9 +22,6 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
-
-from mkdocs.plugins import event_priority
 
 SCRIPT = re.compile(r'<script src="([^"]*assets/javascripts/glightbox\.min\.js)"></script>')
 STYLESHEET = re.compile(
@@ -41,8 +38,10 @@ PAIR_CSS = """
 """
 
 
-@event_priority(-100)  # after the plugin's on_post_page has added its tags
-def on_post_page(output: str, page: Any, config: Any) -> str:
+def load_lazily(output: str) -> str:
+    """Defer GLightbox's script and stylesheet, and fix the light/dark pairs (module
+    docstring). Runs after mkdocs-glightbox's own ``on_post_page`` has added its tags.
+    """
     stylesheet = STYLESHEET.search(output)
     if not (SCRIPT.search(output) and stylesheet and INIT.search(output) and STYLE in output):
         return output  # a page the plugin skipped (front matter `glightbox: false`)

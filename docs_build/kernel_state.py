@@ -25,7 +25,8 @@ _saved: dict[str, Any] = {}
 
 def snapshot(once: bool = False) -> None:
     """Record the state of a freshly set-up kernel (``once``: unless already recorded,
-    as in a ``mkdocs serve`` rebuild, after blocks have run)."""
+    as in a ``mkdocs serve`` rebuild, after blocks have run).
+    """
     if once and _saved:
         return
     _saved.update(
@@ -58,7 +59,8 @@ def restore_computation() -> None:
     """Put back what decides what code computes and prints: random state, defaults,
     print options, figures, style, warnings. Not the process's paths, directory or
     environment: the site's build runs each executed block after this, in its own
-    process, and needs those as they are."""
+    process, and needs those as they are.
+    """
     if not _saved:
         raise RuntimeError("kernel_state.restore() before snapshot()")
     plt.close("all")

@@ -1,11 +1,11 @@
-"""MkDocs hook: write ``/llms.txt``, the site's map for language models (llmstxt.org).
+"""Build step: ``/llms.txt``, the site's map for language models (llmstxt.org).
 
 The format: an H1 with the site's name, a blockquote summary, then one H2 section per
 part of the navigation listing its pages as ``- [title](url): one line``. The line is
 the page's ``description`` from its front matter, else the first sentence of its first
 plain paragraph, so the file follows the pages without being maintained by hand.
 
-Written by a hook rather than the ``mkdocs-llmstxt`` plugin, which needs ``mdformat``
+Written here rather than by the ``mkdocs-llmstxt`` plugin, which needs ``mdformat``
 0.7 and with it ``markdown-it-py`` < 4, older than the version this project pins.
 """
 
@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import html.parser
 import re
-from pathlib import Path
-
-from mkdocs.config.defaults import MkDocsConfig
-from mkdocs.structure.nav import Link, Navigation, Section
-from mkdocs.structure.pages import Page
+from dataclasses import dataclass
 
 MAX_LINE = 200  # characters of a page's one-line description
 FEED_CHARS = 8192  # the parser reads the page this much at a time
 
-_descriptions: dict[str, str] = {}  # page URL -> one line
-_nav: Navigation | None = None
+
+@dataclass(frozen=True)
+class Entry:
+    """One line of the file: a page (``url`` relative to the site) or an outside link."""
+
+    title: str
+    url: str
+    description: str | None = None
+    external: bool = False
 
 
 class _FirstParagraph(html.parser.HTMLParser):
@@ -117,61 +120,41 @@ def _one_line(text: str) -> str:
     return text[: MAX_LINE - 1].rsplit(" ", 1)[0] + "…"
 
 
-def on_page_content(html: str, page: Page, config: MkDocsConfig, **kwargs: object) -> str:
-    if description := page.meta.get("description"):
-        _descriptions[page.url] = _one_line(str(description))
-    else:
-        parser = _FirstParagraph()
-        # In pieces, stopping at the first paragraph: parsing a whole tutorial or API
-        # page (thousands of highlighted-code tags) cost seconds of every build.
-        for start in range(0, len(html), FEED_CHARS):
-            parser.feed(html[start : start + FEED_CHARS])
-            if parser.found is not None:
-                break
-        if parser.found:
-            _descriptions[page.url] = _one_line(parser.found)
-    return html
+def page_description(html: str, meta: dict[str, object]) -> str | None:
+    """The page's line: its front matter's ``description``, else its first paragraph."""
+    if description := meta.get("description"):
+        return _one_line(str(description))
+    parser = _FirstParagraph()
+    # In pieces, stopping at the first paragraph: parsing a whole tutorial or API
+    # page (thousands of highlighted-code tags) cost seconds of every build.
+    for start in range(0, len(html), FEED_CHARS):
+        parser.feed(html[start : start + FEED_CHARS])
+        if parser.found is not None:
+            break
+    return _one_line(parser.found) if parser.found else None
 
 
-def _entry(item: Page | Link, base: str) -> str:
-    if isinstance(item, Link):
+def _entry(item: Entry, base: str) -> str:
+    if item.external:
         return f"- [{item.title}]({item.url})"
     line = f"- [{item.title}]({base}{item.url})"
-    if description := _descriptions.get(item.url):
-        line += f": {description}"
+    if item.description:
+        line += f": {item.description}"
     return line
 
 
-def _pages(section: Section) -> list[Page | Link]:
-    found: list[Page | Link] = []
-    for child in section.children:
-        found.extend(_pages(child) if isinstance(child, Section) else [child])
-    return found
-
-
-def on_nav(nav: Navigation, config: MkDocsConfig, **kwargs: object) -> Navigation:
-    global _nav
-    _nav = nav
-    return nav
-
-
-def on_post_build(config: MkDocsConfig, **kwargs: object) -> None:
-    nav = _nav
-    assert nav is not None, "on_nav runs before on_post_build"
+def llms_txt(
+    name: str,
+    summary: str | None,
+    site_url: str | None,
+    sections: list[tuple[str, list[Entry]]],
+) -> str:
+    """The file: the site's name, its summary, and one section per part of the nav."""
     # Absolute links, so the file is usable on its own; relative ones without site_url.
-    base = (config.site_url or "/").rstrip("/") + "/"
-    lines = [f"# {config.site_name}", ""]
-    if config.site_description:
-        lines += [f"> {' '.join(config.site_description.split())}", ""]
-    loose: list[Page | Link] = []
-    sections: list[tuple[str, list[Page | Link]]] = []
-    for item in nav.items:
-        if isinstance(item, Section):
-            sections.append((item.title, _pages(item)))
-        else:
-            if not loose:
-                sections.append(("Overview", loose))
-            loose.append(item)
+    base = (site_url or "/").rstrip("/") + "/"
+    lines = [f"# {name}", ""]
+    if summary:
+        lines += [f"> {' '.join(summary.split())}", ""]
     for title, items in sections:
         lines += [f"## {title}", "", *(_entry(item, base) for item in items), ""]
-    Path(config.site_dir, "llms.txt").write_text("\n".join(lines), encoding="utf-8")
+    return "\n".join(lines)

@@ -25,9 +25,9 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 import torch
-from site_figures import figure_html
 
 import attention
+from docs_build.figures import figure_html
 
 
 def normals(seed: int) -> Callable[[], float]:

@@ -2,7 +2,7 @@
 
 ``pymdownx.arithmatex`` (generic mode) leaves math as ``<span class="arithmatex">\\(…\\)</span>``
 and ``<div class="arithmatex">\\[…\\]</div>`` on Markdown pages, in mkdocstrings
-docstrings, in markdown-exec output and on the tutorial pages alike. This hook replaces
+docstrings, in markdown-exec output and on the tutorial pages alike. This step replaces
 each one with KaTeX's HTML (what is seen) plus MathML (what screen readers read): no raw
 TeX shows while a page loads or with JavaScript off, and no 277 KB script is shipped.
 
@@ -15,7 +15,7 @@ torch and executes the pages' code. One process serves the whole build; each pag
 its formulas in one JSON line and gets one back. Rendering is cached on
 ``(tex, display)`` for the build: many formulas repeat across pages.
 
-Order of events, and why:
+Order of events, and why (the plugin calls :class:`Typesetter` in each):
 
 1. ``on_page_content`` (late): render the page's formulas, and put a *text form* of each
    (``QK<sup>⊤</sup>/√d``, derived from KaTeX's MathML) into the page, inside the
@@ -45,14 +45,14 @@ import subprocess
 import time
 import unicodedata
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
-from mkdocs.exceptions import PluginError
-from mkdocs.plugins import event_priority
+from docs_build import LOGGER, BuildError
 
-log = logging.getLogger("mkdocs.hooks.katex")
+log = logging.getLogger(f"{LOGGER}.math")
 
 # Relative to docs_dir. The file is excluded from the built site (exclude_docs in
 # mkdocs.yml): readers need only the CSS and fonts next to it.
@@ -89,7 +89,7 @@ lines.on("line", (line) => {
 
 # What arithmatex (generic mode) emits; the TeX inside is HTML-escaped text, no tags.
 ARITHMATEX = re.compile(r'<(?P<tag>span|div) class="arithmatex">(?P<body>.*?)</(?P=tag)>', re.S)
-# What this hook leaves until on_post_page: the same element, keyed, holding the text form.
+# What this step leaves until on_post_page: the same element, keyed, holding the text form.
 KEYED = re.compile(
     r'<(?P<tag>span|div) class="arithmatex" data-katex="(?P<key>[0-9a-f]{20})">.*?</(?P=tag)>', re.S
 )
@@ -109,14 +109,14 @@ class KatexRenderer:
 
     def __init__(self, katex_js: Path) -> None:
         if not katex_js.is_file():
-            raise PluginError(f"KaTeX is missing: {katex_js} (run scripts/vendor_katex.sh)")
+            raise BuildError(f"KaTeX is missing: {katex_js} (run scripts/vendor_katex.sh)")
         self.katex_js = katex_js
         self.process: subprocess.Popen[str] | None = None
 
     def _start(self) -> subprocess.Popen[str]:
         node = shutil.which("node") or shutil.which("nodejs")
         if node is None:
-            raise PluginError(
+            raise BuildError(
                 "Node.js is needed to typeset the site's math at build time and was not "
                 "found on PATH (Debian: apt-get install nodejs)."
             )
@@ -140,12 +140,12 @@ class KatexRenderer:
             reply = ""
         if not reply:
             code = self.process.poll()
-            raise PluginError(
+            raise BuildError(
                 f"the KaTeX renderer (node) stopped (exit status {code}); see its output above"
             )
         results: list[dict[str, str]] = json.loads(reply)
         if len(results) != len(items):
-            raise PluginError(
+            raise BuildError(
                 f"the KaTeX renderer answered {len(results)} results for {len(items)} formulas"
             )
         return results
@@ -316,10 +316,17 @@ def text_form(katex_html: str) -> str:
     return text.strip()
 
 
-# --- the hooks ------------------------------------------------------------------------
+# --- the typesetter of one build ---------------------------------------------------------
 
 
-class _Build:
+class TocItem(Protocol):
+    """An entry of a page's table of contents, as MkDocs gives it."""
+
+    title: str
+    children: Iterable[TocItem]
+
+
+class Typesetter:
     """What one build keeps: the renderer, the cache, and numbers for the log."""
 
     def __init__(self, katex_js: Path) -> None:
@@ -327,7 +334,7 @@ class _Build:
         self.cache: dict[str, Rendered] = {}
         self.formulas = 0
         self.pages = 0
-        self.seconds = 0.0  # spent in this hook, node's rendering included
+        self.seconds = 0.0  # spent typesetting, node's rendering included
 
     def render(self, formulas: list[tuple[str, bool]], where: str) -> list[str]:
         """Render (through the cache) and return each formula's key; warn on errors."""
@@ -352,18 +359,54 @@ class _Build:
         return keys
 
     def keyed(self, tag: str, key: str) -> str:
-        """The placeholder the page carries until on_post_page: the text form, keyed."""
+        """The placeholder the page carries until :meth:`typeset`: the text form, keyed."""
         return f'<{tag} class="arithmatex" data-katex="{key}">{self.cache[key].text}</{tag}>'
 
-    def typeset(self, match: re.Match[str]) -> str:
+    def _typeset(self, match: re.Match[str]) -> str:
         tag = match.group("tag")
         return f'<{tag} class="arithmatex">{self.cache[match.group("key")].html}</{tag}>'
 
+    def render_page(self, html_: str, toc: Iterable[TocItem], where: str) -> str:
+        """Step 1: render the page's formulas and the TOC's; leave keyed text forms.
+
+        ``toc`` titles are changed in place; the page's HTML is returned.
+        """
+        start = time.perf_counter()
+        formulas = [_formula(match, where) for match in ARITHMATEX.finditer(html_)]
+        toc_items = [item for item in _walk(toc) if TOC_MATH.search(item.title)]
+        formulas += [
+            (html.unescape(match.group("tex")).strip(), False)
+            for item in toc_items
+            for match in TOC_MATH.finditer(item.title)
+        ]
+        if not formulas:
+            return html_
+        # The same order as collected: page content first, then the table of contents.
+        keys = iter(self.render(formulas, where))
+        html_ = ARITHMATEX.sub(lambda match: self.keyed(match.group("tag"), next(keys)), html_)
+        for item in toc_items:
+            item.title = TOC_MATH.sub(lambda _: self.keyed("span", next(keys)), item.title)
+        self.pages += 1
+        self.seconds += time.perf_counter() - start
+        return html_
+
+    def typeset(self, output: str) -> str:
+        """Step 3: every keyed element of the finished page gets KaTeX's markup."""
+        start = time.perf_counter()
+        output = KEYED.sub(self._typeset, output)
+        self.seconds += time.perf_counter() - start
+        return output
+
     def close(self) -> None:
+        """Stop the renderer and log what this build typeset."""
         self.renderer.close()
-
-
-_build: _Build | None = None
+        log.info(
+            "KaTeX typeset %d formulas on %d pages (%d distinct) in %.1f s",
+            self.formulas,
+            self.pages,
+            len(self.cache),
+            self.seconds,
+        )
 
 
 def _key(tex: str, display: bool) -> str:
@@ -376,73 +419,11 @@ def _formula(match: re.Match[str], where: str) -> tuple[str, bool]:
     display = match.group("tag") == "div"
     opening, closing = ("\\[", "\\]") if display else ("\\(", "\\)")
     if not (body.startswith(opening) and body.endswith(closing)):
-        raise PluginError(f"{where}: unexpected arithmatex output {match.group(0)[:120]!r}")
+        raise BuildError(f"{where}: unexpected arithmatex output {match.group(0)[:120]!r}")
     return body[2:-2].strip(), display
 
 
-def _walk(toc: Any) -> Any:
+def _walk(toc: Iterable[TocItem]) -> Iterator[TocItem]:
     for item in toc:
         yield item
         yield from _walk(item.children)
-
-
-def on_config(config: Any, **kwargs: Any) -> None:
-    global _build
-    if _build is not None:  # a previous `mkdocs serve` build that ended abnormally
-        _build.close()
-    _build = _Build(Path(config["docs_dir"]) / KATEX_JS)
-
-
-# Late, so that math produced by other plugins' on_page_content is typeset too.
-@event_priority(-50)
-def on_page_content(html_: str, page: Any, **kwargs: Any) -> str:
-    assert _build is not None
-    start = time.perf_counter()
-    where = page.file.src_uri
-    formulas = [_formula(match, where) for match in ARITHMATEX.finditer(html_)]
-    toc_items = [item for item in _walk(page.toc) if TOC_MATH.search(item.title)]
-    formulas += [
-        (html.unescape(match.group("tex")).strip(), False)
-        for item in toc_items
-        for match in TOC_MATH.finditer(item.title)
-    ]
-    if not formulas:
-        return html_
-    # The same order as collected: page content first, then the table of contents.
-    keys = iter(_build.render(formulas, where))
-    html_ = ARITHMATEX.sub(lambda match: _build.keyed(match.group("tag"), next(keys)), html_)
-    for item in toc_items:
-        item.title = TOC_MATH.sub(lambda _: _build.keyed("span", next(keys)), item.title)
-    _build.pages += 1
-    _build.seconds += time.perf_counter() - start
-    return html_
-
-
-def on_post_page(output: str, page: Any, **kwargs: Any) -> str:
-    assert _build is not None
-    start = time.perf_counter()
-    output = KEYED.sub(_build.typeset, output)
-    _build.seconds += time.perf_counter() - start
-    return output
-
-
-def on_post_build(config: Any, **kwargs: Any) -> None:
-    global _build
-    if _build is None:
-        return
-    _build.close()
-    log.info(
-        "KaTeX typeset %d formulas on %d pages (%d distinct) in %.1f s",
-        _build.formulas,
-        _build.pages,
-        len(_build.cache),
-        _build.seconds,
-    )
-    _build = None
-
-
-def on_build_error(error: Exception, **kwargs: Any) -> None:
-    global _build
-    if _build is not None:
-        _build.close()
-        _build = None

@@ -1,0 +1,1 @@
+"""Tests of the documentation site: its sources, its build and the pages readers get."""

@@ -1,0 +1,229 @@
+"""Each step of the site's build (docs_build/) on its own, on HTML written here.
+
+The built site's tests check the steps' results on every page; these pin what each
+step does and does not touch, and the rules that keep the build one package: one
+module imports MkDocs, nothing edits ``sys.path``, the order of the page steps.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import re
+from pathlib import Path
+
+import pytest
+
+from docs_build import accessibility, figures, lightbox, llms, loading, math, pages, plugin
+from tests.conftest import ROOT
+
+# --- the steps on every finished page, in the plugin's order -------------------------
+
+
+def test_the_bundle_is_deferred_and_nothing_else() -> None:
+    page = (
+        '<script src="assets/javascripts/bundle.0123abcd.min.js"></script>'
+        '<script src="assets/javascripts/other.js"></script>'
+    )
+    assert loading.defer_bundle(page) == (
+        '<script src="assets/javascripts/bundle.0123abcd.min.js" defer></script>'
+        '<script src="assets/javascripts/other.js"></script>'
+    )
+
+
+GLIGHTBOX_PAGE = (
+    "<head>"
+    '<link href="../assets/stylesheets/glightbox.min.css" rel="stylesheet">'
+    '<style id="glightbox-style">.x{}</style>'
+    '<script src="../assets/javascripts/glightbox.min.js"></script>'
+    "</head><body>"
+    '<script id="init-glightbox">const lightbox = GLightbox({});</script>'
+    "</body>"
+)
+
+
+def test_glightbox_waits_for_the_page_and_pairs_are_fixed() -> None:
+    out = lightbox.load_lazily(GLIGHTBOX_PAGE)
+    assert 'glightbox.min.css" rel' not in out  # the blocking stylesheet is gone...
+    assert 'css.href = "../assets/stylesheets/glightbox.min.css"' in out  # ...added later
+    assert '<script src="../assets/javascripts/glightbox.min.js" defer></script>' in out
+    assert 'addEventListener("DOMContentLoaded"' in out
+    assert '#only-dark"]' in out and ".x{}" in out  # the pair rules, before the plugin's
+
+
+def test_a_page_without_glightbox_is_left_alone() -> None:
+    page = "<head></head><body><p>no figures here</p></body>"
+    assert lightbox.load_lazily(page) == page
+
+
+def test_scroll_boxes_get_a_tabindex_once() -> None:
+    page = (
+        '<pre><span></span><code class="python">x = 1</code></pre>'
+        "<table><tr><td>1</td></tr></table>"
+        '<table class="highlighttable"><tr><td>1</td></tr></table>'
+        '<div class="arithmatex">formula</div>'
+        '<pre><code tabindex="-1">already</code></pre>'
+    )
+    out = accessibility.focusable_scroll_boxes(page)
+    assert '<code class="python" tabindex="0">' in out
+    assert '<table tabindex="0">' in out
+    assert '<table class="highlighttable">' in out  # layout, not a scroll box
+    assert '<div class="arithmatex" tabindex="0">' in out
+    assert '<code tabindex="-1">' in out and out.count("tabindex") == 4
+    assert accessibility.focusable_scroll_boxes(out) == out
+
+
+def test_code_line_ids_are_numbered_in_page_order() -> None:
+    block = (
+        '<code><span id="__span-0-1"><a id="__codelineno-0-1" '
+        'href="#__codelineno-0-1"></a>x</span></code>'
+    )
+    out = accessibility.unique_line_ids(block + "<p>between</p>" + block)
+    assert re.findall(r'id="(__span-\d+-1)"', out) == ["__span-0-1", "__span-1-1"]
+    assert 'href="#__codelineno-1-1"' in out
+
+
+def _typesetter_knowing(tex: str, display: bool, typeset_html: str) -> math.Typesetter:
+    """A typesetter whose cache already holds one formula: no Node.js process needed."""
+    typesetter = math.Typesetter(ROOT / "docs" / math.KATEX_JS)
+    key = math._key(tex, display)
+    typesetter.cache[key] = math.Rendered(typeset_html, "x")
+    return typesetter
+
+
+def test_the_page_steps_run_math_first() -> None:
+    typesetter = _typesetter_knowing("x", True, '<span class="katex-display">x</span>')
+    placeholder = typesetter.keyed("div", math._key("x", True))
+    in_order = placeholder
+    for _, step in plugin.POST_PAGE_STEPS:
+        in_order = (step or typesetter.typeset)(in_order)
+    assert '<span class="katex-display">x</span>' in in_order
+    assert in_order.startswith('<div class="arithmatex" tabindex="0">')
+    # The other way round, the placeholder no longer matches and stays text.
+    assert typesetter.typeset(accessibility.accessible(placeholder)).count("katex") == 1
+    names = [name.split(":")[0] for name, _ in plugin.POST_PAGE_STEPS]
+    assert names == ["math", "loading", "lightbox", "accessibility"]
+
+
+# --- figures, Markdown, llms.txt -----------------------------------------------------
+
+
+def test_inline_figures_become_files_with_their_size(tmp_path: Path) -> None:
+    svg = b'<svg xmlns="http://www.w3.org/2000/svg" width="72pt" height="36pt"></svg>'
+    data = base64.b64encode(svg).decode()
+    page = f'<img src="data:image/svg+xml;base64,{data}" data-scheme="dark" alt="a">'
+    out = figures.figure_files(page, "concepts/masks", tmp_path)
+    [written] = (tmp_path / figures.FIGURE_DIR).iterdir()
+    assert written.read_bytes() == svg
+    assert out == (
+        f'<img src="../../assets/figures/{written.name}#only-dark" loading="lazy" '
+        'decoding="async" width="96" height="48" alt="a">'
+    )
+    assert figures.figure_files("<p>no figure</p>", "x", tmp_path) == "<p>no figure</p>"
+
+
+def test_each_executed_block_starts_from_a_fresh_state() -> None:
+    markdown = (
+        '```python exec="on"\na = 1\n```\n\n'
+        '!!! note\n    ```py exec="true" session="s"\n    b = 2\n    ```\n\n'
+        '```python exec="on" session="s"\nprint(b)\n```\n\n'
+        "```python\nnot executed\n```\n"
+    )
+    out = pages.from_a_fresh_state(markdown)
+    assert out.count(pages.FRESH_STATE) == 2  # the session's second block continues it
+    assert f'```python exec="on"\n{pages.FRESH_STATE}\na = 1' in out
+    assert f'    ```py exec="true" session="s"\n    {pages.FRESH_STATE}\n    b = 2' in out
+
+
+def test_a_tutorials_links_point_to_source_files() -> None:
+    sources = {"concepts/masks.md", "tutorials/02_words.py", "index.md"}
+    markdown = (
+        "[masks](../../concepts/masks/#causal) [next](../02_words/) [home](../../) "
+        "[gone](../../nowhere/)"
+    )
+    out, broken = pages.source_links(
+        markdown, "tutorials/01_x.py", "tutorials/01_x/", sources.__contains__
+    )
+    assert out == (
+        "[masks](../concepts/masks.md#causal) [next](02_words.py) [home](../index.md) "
+        "[gone](../../nowhere/)"
+    )
+    assert broken == ["../../nowhere/"]
+
+
+def test_llms_txt_lists_every_entry_with_its_line() -> None:
+    html = (
+        '<div class="admonition"><p>An aside, not the opening.</p></div>'
+        "<p>The opening sentence, long enough to be an opening. And more.</p>"
+    )
+    description = llms.page_description(html, {})
+    assert description == "The opening sentence, long enough to be an opening."
+    assert llms.page_description(html, {"description": "From the front matter."}) == (
+        "From the front matter."
+    )
+    text = llms.llms_txt(
+        "Site",
+        "What it is.",
+        "https://example.org/site/",
+        [
+            ("Overview", [llms.Entry("Home", "", "Start here.")]),
+            ("More", [llms.Entry("Repo", "https://github.com/x", external=True)]),
+        ],
+    )
+    assert text.splitlines() == [
+        "# Site",
+        "",
+        "> What it is.",
+        "",
+        "## Overview",
+        "",
+        "- [Home](https://example.org/site/): Start here.",
+        "",
+        "## More",
+        "",
+        "- [Repo](https://github.com/x)",
+    ]
+
+
+# --- rules that keep the build one package --------------------------------------------
+
+
+def _imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+@pytest.mark.parametrize("module", sorted((ROOT / "docs_build").glob("*.py")), ids=lambda p: p.name)
+def test_only_the_plugin_imports_mkdocs(module: Path) -> None:
+    """The move to another site generator is one file's work (Material's end of life)."""
+    coupled = _imports(module) & {"mkdocs", "material"}
+    assert not coupled or module.name == "plugin.py", f"{module.name} imports {coupled}"
+
+
+def _is_sys_path(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "path"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "sys"
+    )
+
+
+def test_no_code_edits_sys_path() -> None:
+    """Everything imports by package name. Two files may touch ``sys.path`` on purpose:
+    ``kernel_state`` puts back the path a fresh kernel had, and the fork server runs each
+    program as ``python program.py`` would, with the program's folder first."""
+    allowed = {"docs_build/kernel_state.py", "tests/docs/_forkrun.py"}
+    offenders = []
+    for folder in ("attention", "docs_build", "tests", "scripts", "benchmarks", "docs"):
+        for path in (ROOT / folder).rglob("*.py"):
+            rel = path.relative_to(ROOT).as_posix()
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            if rel not in allowed and any(_is_sys_path(node) for node in ast.walk(tree)):
+                offenders.append(rel)
+    assert offenders == []

@@ -1,0 +1,1 @@
+"""PyTorch's own attention tests, re-run against this package."""
