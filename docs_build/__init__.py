@@ -16,6 +16,7 @@ walks through them in order.
 - :mod:`~docs_build.math`: every formula typeset with KaTeX at build.
 - :mod:`~docs_build.search_text`: the search index reads code blocks as plain text.
 - :mod:`~docs_build.loading`, :mod:`~docs_build.lightbox`: nothing blocks the first paint.
+- :mod:`~docs_build.theme`: the search dialog named; no call to GitHub's API.
 - :mod:`~docs_build.accessibility`: every scroll box focusable, code-line ids unique.
 - :mod:`~docs_build.llms`: ``/llms.txt``, the site's map for language models.
 """

@@ -55,6 +55,7 @@ from docs_build import (
     math,
     pages,
     search_text,
+    theme,
     tutorials,
 )
 
@@ -66,6 +67,7 @@ log = logging.getLogger(f"{LOGGER}.plugin")
 POST_PAGE_STEPS: tuple[tuple[str, Callable[[str], str] | None], ...] = (
     ("math: KaTeX's markup for each formula's placeholder", None),  # the build's typesetter
     ("loading: Material's bundle deferred", loading.defer_bundle),
+    ("theme: the search dialog named, no call to GitHub's API", theme.header_fixes),
     ("lightbox: GLightbox loaded lazily, light/dark pairs", lightbox.load_lazily),
     ("accessibility: scroll boxes focusable, line ids unique", accessibility.accessible),
 )
@@ -265,18 +267,20 @@ class SitePlugin(BasePlugin):  # type: ignore[type-arg]  # no options
 
     # Last: after mkdocs-glightbox's on_post_page has added the tags lightbox.py edits.
     @event_priority(-100)
+    @_reported
     def on_post_page(self, output: str, page: Page, config: MkDocsConfig) -> str:
         assert self.typesetter is not None
         for _, step in POST_PAGE_STEPS:
             output = (step or self.typesetter.typeset)(output)
         return output
 
+    @_reported
     def on_post_template(
         self, output_content: str, template_name: str, config: MkDocsConfig
     ) -> str:
         """The static templates rendered as pages: 404.html."""
         if template_name.endswith(".html"):
-            return loading.defer_bundle(output_content)
+            return theme.header_fixes(loading.defer_bundle(output_content))
         return output_content
 
     # --- the end of the build --------------------------------------------------------

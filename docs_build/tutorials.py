@@ -127,12 +127,16 @@ KEY_ENVIRONMENT = ("ATTENTION_SEED", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS")
 
 def cache_key(source: Path) -> str:
     """Hash of everything an executed tutorial depends on: itself, the package, the
-    kernel's setup, the figure rendering, torch's version and the environment variables
-    the runs read. A change to any of them re-executes it.
+    kernel's setup, the figure rendering, the versions of torch, NumPy and matplotlib,
+    and the environment variables the runs read. A change to any of them re-executes it.
+    (The tutorials read no other file: none opens one.)
     """
+    import matplotlib
+    import numpy
     import torch
 
-    digest = hashlib.sha256((KERNEL_SETUP + KERNEL_RESET + torch.__version__).encode())
+    versions = f"torch {torch.__version__} numpy {numpy.__version__} mpl {matplotlib.__version__}"
+    digest = hashlib.sha256((KERNEL_SETUP + KERNEL_RESET + versions).encode())
     for name in KEY_ENVIRONMENT:
         digest.update(f"{name}={os.environ.get(name, '')}\0".encode())
     inputs = [
@@ -235,8 +239,12 @@ def execute(
     if cached_path is not None:
         cached_path.parent.mkdir(parents=True, exist_ok=True)
         for stale in cached_path.parent.glob(f"{source.stem}-*.ipynb"):
-            stale.unlink()
-        nbformat.write(notebook, cached_path)
+            stale.unlink(missing_ok=True)
+        # Written whole, then renamed: a build reading the cache at the same time (a
+        # `make serve` beside the tests) never sees half a notebook.
+        partial = cached_path.with_suffix(f".{os.getpid()}.partial")
+        nbformat.write(notebook, partial)
+        os.replace(partial, cached_path)
     return Executed(source, notebook, seconds, False)
 
 
@@ -506,9 +514,10 @@ def main(argv: list[str] | None = None) -> int:
         how = "cached" if run.cached else f"executed in {run.seconds:.1f} s"
         print(f"{path.name}: {how}", flush=True)
     # Let each worker shut its kernel down before this process exits (the kernels
-    # would otherwise find their parent gone and say so).
+    # would otherwise find their parent gone and say so). Only the workers: nbclient
+    # leaves a thread of its own per worker ("tutorials-0 - runner") that never ends.
     for thread in threading.enumerate():
-        if thread.name.startswith("tutorials-"):
+        if re.fullmatch(r"tutorials-\d+", thread.name):
             thread.join(timeout=30)
     print(
         f"{len(todo) - failed} of {len(todo)} tutorials in {cache}/ "

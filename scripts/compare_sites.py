@@ -4,7 +4,8 @@
 
 Lists every file only in one build, then every HTML page whose markup differs, with the
 first ``N`` differing lines of each (a page is split at tags, so a diff line is one
-element, not a whole minified line). Non-HTML files are compared byte for byte.
+element, not a whole minified line; whitespace between tags is ignored). Non-HTML files
+are compared byte for byte.
 
 Two builds of the same commit differ too: the pages that time code print what they
 measured, and "Last update" falls back to the build date for uncommitted files. Run it
@@ -23,7 +24,10 @@ TAG_BREAK = re.compile(r"(?<=>)(?=<)")
 
 
 def _lines(path: Path) -> list[str]:
-    return TAG_BREAK.sub("\n", path.read_text(encoding="utf-8", errors="replace")).splitlines()
+    """The page split at tags, each piece stripped, blank ones dropped: indentation
+    between tags (which templates change freely) is not a difference a reader sees."""
+    text = TAG_BREAK.sub("\n", path.read_text(encoding="utf-8", errors="replace"))
+    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def compare(old: Path, new: Path, show: int) -> int:
@@ -53,6 +57,10 @@ def compare(old: Path, new: Path, show: int) -> int:
             for line in difflib.unified_diff(_lines(a), _lines(b), n=0, lineterm="")
             if line[:1] in "+-" and not line.startswith(("+++", "---"))
         ]
+        if not diff:
+            same += 1  # whitespace between tags only
+            differing -= 1
+            continue
         print(f"differs: {path} ({len(diff)} lines)")
         for line in diff[:show]:
             print(f"    {line[:200]}")

@@ -14,7 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from docs_build import accessibility, figures, lightbox, llms, loading, math, pages, plugin
+from docs_build import (
+    BuildError,
+    accessibility,
+    figures,
+    lightbox,
+    llms,
+    loading,
+    math,
+    pages,
+    plugin,
+    theme,
+)
 from tests.conftest import ROOT
 
 # --- the steps on every finished page, in the plugin's order -------------------------
@@ -102,7 +113,31 @@ def test_the_page_steps_run_math_first() -> None:
     # The other way round, the placeholder no longer matches and stays text.
     assert typesetter.typeset(accessibility.accessible(placeholder)).count("katex") == 1
     names = [name.split(":")[0] for name, _ in plugin.POST_PAGE_STEPS]
-    assert names == ["math", "loading", "lightbox", "accessibility"]
+    assert names == ["math", "loading", "theme", "lightbox", "accessibility"]
+
+
+def test_the_header_is_fixed_or_the_build_stops() -> None:
+    link = (
+        '<a href="https://github.com/x/y" title="Go to repository" class="md-source"'
+        ' data-md-component="source"><div></div></a>'
+    )
+    header = (
+        '<div class="md-search" data-md-component="search" role="dialog"><p></p></div>'
+        + link  # in the header
+        + link  # in the navigation drawer
+    )
+    fixed_link = link.replace(' data-md-component="source"', "")
+    assert theme.header_fixes(header) == (
+        '<div class="md-search" data-md-component="search" role="dialog" aria-label="Search">'
+        "<p></p></div>" + fixed_link + fixed_link
+    )
+    assert theme.header_fixes("<p>a page without a header</p>") == (
+        "<p>a page without a header</p>"
+    )
+    with pytest.raises(BuildError, match="search dialog"):
+        theme.header_fixes('<div role="dialog" class="md-search">')
+    with pytest.raises(BuildError, match="repository link"):
+        theme.header_fixes('<a class="md-source" data-md-component="source">')
 
 
 # --- figures, Markdown, llms.txt -----------------------------------------------------
