@@ -595,3 +595,58 @@ def check_sequence_parallel_call(
                     "all_gather_attention for this model"
                 )
     return check_scale(scale)
+
+
+def check_mods(score_mod: object, mask_mod: object, **tensors: Tensor) -> None:
+    """Require ``score_mod`` / ``mask_mod`` to be callable or ``None``, and 4-D inputs with one.
+
+    The mods take one index per axis of the ``(B, H, L, S)`` scores, as FlexAttention's
+    do: with fewer axes there is no ``b`` or ``h`` to give them, and with more no single
+    one.
+    """
+    for name, mod in (("score_mod", score_mod), ("mask_mod", mask_mod)):
+        if mod is not None and not callable(mod):
+            raise TypeError(f"{name} must be callable or None; got {type(mod).__name__}")
+    if score_mod is None and mask_mod is None:
+        return
+    for name, t in tensors.items():
+        if t.ndim != 4:
+            raise ValueError(
+                f"score_mod and mask_mod need 4-D inputs (B, H, L, D), as FlexAttention's "
+                f"do; got {name} {shape_str(t)}"
+            )
+
+
+def check_score_mod_output(result: object, shape: torch.Size) -> Tensor:
+    """Require ``score_mod``'s result to be a floating-point tensor broadcastable to ``shape``.
+
+    Returns it expanded to ``shape`` (a view).
+    """
+    if not isinstance(result, Tensor):
+        raise TypeError(f"score_mod must return a torch.Tensor; got {type(result).__name__}")
+    if not result.is_floating_point():
+        raise TypeError(
+            f"score_mod must return a floating-point tensor (the new scores); got {result.dtype}"
+        )
+    if not broadcasts_to(tuple(result.shape), tuple(shape)):
+        raise ValueError(
+            f"score_mod must return a tensor broadcastable to the scores {tuple(shape)}; "
+            f"got {shape_str(result)}"
+        )
+    return result.expand(shape)
+
+
+def check_mask_mod_output(result: object, shape: torch.Size) -> Tensor:
+    """Require ``mask_mod``'s result to be a bool tensor broadcastable to ``shape``."""
+    if not isinstance(result, Tensor):
+        raise TypeError(f"mask_mod must return a bool torch.Tensor; got {type(result).__name__}")
+    if result.dtype != torch.bool:
+        raise TypeError(
+            f"mask_mod must return a bool tensor (True = may attend); got {result.dtype}"
+        )
+    if not broadcasts_to(tuple(result.shape), tuple(shape)):
+        raise ValueError(
+            f"mask_mod must return a tensor broadcastable to the scores {tuple(shape)}; "
+            f"got {shape_str(result)}"
+        )
+    return result.expand(shape)

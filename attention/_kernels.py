@@ -12,11 +12,17 @@ gives a fully masked row zeros instead of NaN. Inputs are assumed validated
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-from attention._checks import broadcast_shapes
+from attention._checks import broadcast_shapes, check_mask_mod_output, check_score_mod_output
+
+ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+"""``score_mod(score, b, h, q_idx, kv_idx) -> score``, as FlexAttention's."""
+MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
+"""``mask_mod(b, h, q_idx, kv_idx) -> bool``, True where the query may attend."""
 
 
 def default_scale(query: Tensor, scale: float | None) -> float:
@@ -41,6 +47,38 @@ def scores_shape(query: Tensor, key: Tensor, enable_gqa: bool) -> torch.Size:
     heads = 3 if enable_gqa else 2  # with GQA the head axes differ (H vs Hkv): keep H
     batch = broadcast_shapes(query.shape[:-heads], key.shape[:-heads])
     return torch.Size((*batch, *query.shape[-heads:-1], key.shape[-2]))
+
+
+def mod_indices(
+    B: int, H: int, i0: int, i1: int, j0: int, j1: int, device: torch.device
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``b, h, q_idx, kv_idx`` for the scores ``[:, :, i0:i1, j0:j1]`` of ``(B, H, L, S)``.
+
+    int64 ``arange`` tensors shaped ``(B, 1, 1, 1)``, ``(1, H, 1, 1)``,
+    ``(1, 1, i1 - i0, 1)`` and ``(1, 1, 1, j1 - j0)``: they broadcast against the scores,
+    so a mod written for FlexAttention (one element at a time, under ``vmap``) runs on a
+    whole block at once.
+    """
+    b = torch.arange(B, device=device).view(B, 1, 1, 1)
+    h = torch.arange(H, device=device).view(1, H, 1, 1)
+    q_idx = torch.arange(i0, i1, device=device).view(1, 1, i1 - i0, 1)
+    kv_idx = torch.arange(j0, j1, device=device).view(1, 1, 1, j1 - j0)
+    return b, h, q_idx, kv_idx
+
+
+def apply_score_mod(
+    score_mod: ScoreMod, scores: Tensor, indices: tuple[Tensor, Tensor, Tensor, Tensor]
+) -> Tensor:
+    """``score_mod`` on ``(B, H, l, s)`` scores, checked, expanded and in their dtype."""
+    result = check_score_mod_output(score_mod(scores, *indices), scores.shape)
+    return result.to(scores.dtype)
+
+
+def mask_mod_keep(
+    mask_mod: MaskMod, shape: torch.Size, indices: tuple[Tensor, Tensor, Tensor, Tensor]
+) -> Tensor:
+    """``mask_mod``'s bool ``(B, H, l, s)`` (a broadcast view), checked: True = may attend."""
+    return check_mask_mod_output(mask_mod(*indices), shape)
 
 
 def masked_softmax(scores: Tensor) -> Tensor:

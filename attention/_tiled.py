@@ -49,11 +49,21 @@ $$
 A query with no key to attend to has $\ell = 0$: its output is $0$ and its
 log-sum-exp is stored as $+\infty$, so the recomputed $P$ row is $e^{-\infty} = 0$ and
 every gradient it touches stays finite.
+
+FlexAttention's functions (``score_mod``, ``mask_mod``; `Schedule`). ``mask_mod`` is
+evaluated once per block before the loop: blocks where it keeps nothing are left out
+of the schedule, blocks where it keeps everything are not masked, and only the rest
+("partial") evaluate it again on the tile. ``score_mod`` maps each tile's scaled
+scores $s$ to $z$ before the masks, with the tile's absolute indices, so the shift
+cannot be folded into the product and is never held. Backward, each tile's $s$ is
+recomputed and $dS = (\partial z / \partial s)^\top dZ$ is taken by autograd through
+``score_mod`` on that tile alone.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +72,15 @@ from torch import Tensor
 
 from attention._checks import broadcast_shapes
 from attention._heads import group_heads, ungroup_heads
-from attention._kernels import masked_softmax, working_dtype
+from attention._kernels import (
+    MaskMod,
+    ScoreMod,
+    apply_score_mod,
+    mask_mod_keep,
+    masked_softmax,
+    mod_indices,
+    working_dtype,
+)
 
 # On a CPU, PyTorch's vectorised float32 exp falls back to a scalar loop for any
 # argument below about -87 (where e^x leaves the normal float range), and a masked
@@ -157,7 +175,10 @@ class Schedule:
 
     ``key_blocks[n]`` lists the ``(j0, j1)`` key ranges that query block ``n`` (queries
     ``n * block_q`` to ``(n + 1) * block_q - 1``) visits; every other key is skipped.
-    ``band`` masks pairs inside the visited blocks.
+    ``band`` masks pairs inside the visited blocks, and so does ``mask_mod`` in the
+    blocks ``(i0, j0)`` listed in ``partial`` (in the others it keeps every pair).
+    ``score_mod`` changes each score of a visited block before the masks apply. The
+    mods see ``(B, H, L, S)`` scores: the inputs are 4-D.
     """
 
     L: int
@@ -165,6 +186,14 @@ class Schedule:
     block_q: int
     key_blocks: tuple[tuple[tuple[int, int], ...], ...]
     band: Band | None = None
+    score_mod: ScoreMod | None = None
+    mask_mod: MaskMod | None = None
+    partial: frozenset[tuple[int, int]] = frozenset()
+
+    @property
+    def has_mods(self) -> bool:
+        """Whether a ``score_mod`` or ``mask_mod`` applies."""
+        return self.score_mod is not None or self.mask_mod is not None
 
     def query_blocks(self) -> list[tuple[int, int]]:
         """The ``(i0, i1)`` ranges of the query blocks."""
@@ -184,15 +213,24 @@ def make_schedule(
     *,
     band: Band | None = None,
     layout: Tensor | None = None,
+    score_mod: ScoreMod | None = None,
+    mask_mod: MaskMod | None = None,
+    batch: tuple[int, int] = (1, 1),
+    device: torch.device | None = None,
 ) -> Schedule:
     """Visit, for each query block, the key blocks that hold a pair the pattern keeps.
 
     Key blocks lie on the grid ``0, block_k, 2 * block_k, ...`` (the grid a block
     ``layout`` of shape ``(ceil(L / block_q), ceil(S / block_k))`` refers to) and are
     clipped to the band's key range, so no visited key lies wholly outside the band.
+    ``mask_mod`` is evaluated on each such block, for the ``batch`` ``(B, H)`` of the
+    scores (like FlexAttention's ``create_block_mask``): a block where it keeps no pair
+    (inside the band) is skipped, and one where it keeps every pair is not masked.
     """
     allowed = None if layout is None else layout.tolist()
+    device = torch.device("cpu") if device is None else device
     key_blocks = []
+    partial = set()
     for n, i0 in enumerate(range(0, L, block_q)):
         i1 = min(i0 + block_q, L)
         lo, hi = (0, S) if band is None else band.key_range(i0, i1, S)
@@ -201,10 +239,20 @@ def make_schedule(
             if allowed is not None and not allowed[n][j0 // block_k]:
                 continue
             start, stop = max(j0, lo), min(j0 + block_k, hi)
-            if start < stop:
-                ranges.append((start, stop))
+            if start >= stop:
+                continue
+            if mask_mod is not None:
+                indices = mod_indices(*batch, i0, i1, start, stop, device)
+                keep = mask_mod_keep(mask_mod, torch.Size((*batch, i1 - i0, stop - start)), indices)
+                inside = None if band is None else band.block_mask(i0, i1, start, stop, device)
+                kept = keep if inside is None else keep & inside
+                if not bool(kept.any()):
+                    continue  # mask_mod keeps no pair here: skip the block
+                if not bool((keep if inside is None else keep | ~inside).all()):
+                    partial.add((i0, start))  # some pair in the band is masked
+            ranges.append((start, stop))
         key_blocks.append(tuple(ranges))
-    return Schedule(L, S, block_q, tuple(key_blocks), band)
+    return Schedule(L, S, block_q, tuple(key_blocks), band, score_mod, mask_mod, frozenset(partial))
 
 
 def tiled_attention(
@@ -237,8 +285,39 @@ def tiled_attention(
     # broadcast to every leading axis first (a view; autograd sums it back).
     batch = broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
     query = query.expand(*batch, *query.shape[-2:])
+    if schedule.score_mod is not None and torch.is_grad_enabled():
+        _refuse_captured_grads(schedule.score_mod, query)
     out, _ = _TiledAttention.apply(query, key, value, attn_mask, schedule, scale)  # type: ignore[no-untyped-call]
     return ungroup_heads(out, enable_gqa).to(dtype)
+
+
+def _refuse_captured_grads(score_mod: ScoreMod, query: Tensor) -> None:
+    """Raise if ``score_mod`` captures a tensor that requires grad (a learned bias table).
+
+    The tiled backward differentiates ``score_mod`` with respect to the score only; a
+    captured tensor's gradient would be silently lost. One call on a single score (all
+    indices 0) tells: its result requires grad although the score does not.
+    """
+    score = query.new_zeros(1, 1, 1, 1)
+    zero = torch.zeros(1, 1, 1, 1, dtype=torch.long, device=query.device)
+    with torch.enable_grad():
+        result = score_mod(score, zero, zero, zero, zero)
+    if isinstance(result, Tensor) and result.requires_grad:
+        raise NotImplementedError(
+            "flash_attention's backward cannot differentiate a score_mod with respect to "
+            "a tensor it captures that requires grad (a learned bias, say); use "
+            "attention.scaled_dot_product_attention with the same score_mod, which can, "
+            "or detach the captured tensor"
+        )
+
+
+def _refuse_mods(schedule: Schedule, what: str) -> None:
+    """Raise if ``schedule`` has a mod: ``what`` (a dense rule) does not apply them."""
+    if schedule.has_mods:
+        raise NotImplementedError(
+            f"flash_attention with score_mod or mask_mod does not support {what}; use "
+            "attention.scaled_dot_product_attention with the same mods"
+        )
 
 
 class _TiledAttention(torch.autograd.Function):
@@ -285,6 +364,7 @@ class _TiledAttention(torch.autograd.Function):
     def backward(ctx: Any, grad_out: Tensor, _grad_lse: Tensor | None) -> tuple[Tensor | None, ...]:
         query, key, value, attn_mask, out, lse = ctx.saved_tensors
         if torch.is_grad_enabled() or _is_functorch_wrapped(grad_out):
+            _refuse_mods(ctx.schedule, "a second derivative (create_graph=True) or torch.func")
             grads = _dense_backward(grad_out, query, key, value, attn_mask, ctx)
         else:
             mask_needs_grad = ctx.needs_input_grad[3]  # False for a bool mask or no mask
@@ -314,6 +394,7 @@ class _TiledAttention(torch.autograd.Function):
     ) -> tuple[Tensor, None]:
         # Forward mode (torch.func.jvp, jacfwd, hessian): always dense, as the backward
         # is under create_graph=True or torch.func (`_dense_backward`).
+        _refuse_mods(ctx.schedule, "forward-mode differentiation (torch.func.jvp, jacfwd)")
         query, key, value, attn_mask = ctx.saved_tensors
         return _dense_jvp(
             query,
@@ -337,7 +418,10 @@ class _TiledAttention(torch.autograd.Function):
         scale: float,
     ) -> tuple[tuple[Tensor, Tensor], tuple[int, int]]:
         # The loop takes any leading batch axes: make the vmapped axis the first one of
-        # every input (a mask first gets the query's number of axes).
+        # every input (a mask first gets the query's number of axes). Not with a mod,
+        # whose indices would then miss an axis.
+        _refuse_mods(schedule, "torch.func.vmap")
+
         def batched(t: Tensor | None, dim: int | None, ndim: int) -> Tensor | None:
             if t is None:
                 return None
@@ -456,18 +540,42 @@ def _block_scores(
     j0: int,
     j1: int,
     out: Tensor | None = None,
+    score_mod: ScoreMod | None = None,
+    mask_mod: MaskMod | None = None,
 ) -> tuple[Tensor, bool]:
     """Scaled scores ``(..., i1 - i0, j1 - j0)`` of one block, ``-inf`` where masked.
 
     Also returns whether any mask applied to the block (its ``exp`` then clamps).
     ``biases`` keeps the band's masks built so far in this call (see `Band.block_bias`).
     ``out``, of the block's shape, receives the scores (except with a float mask).
+    ``score_mod`` (then ``query_block`` holds no shift column) changes the scores before
+    the masks, ``mask_mod`` masks after them.
     """
     key_t = key[..., j0:j1, :].transpose(-2, -1)
     if query_block.ndim == key_t.ndim == 3 and query_block.shape[0] == key_t.shape[0]:
         scores = torch.bmm(query_block, key_t, out=out)  # (B, bq, bk): no matmul dispatch
     else:
         scores = torch.matmul(query_block, key_t, out=out)  # (..., bq, bk)
+    if score_mod is not None:
+        indices = mod_indices(scores.shape[0], scores.shape[1], i0, i1, j0, j1, scores.device)
+        modded = apply_score_mod(score_mod, scores, indices)
+        if modded is not scores:
+            scores.copy_(modded)  # into memory of our own: the masks below write in place
+    return _mask_block(scores, attn_mask, band, biases, i0, i1, j0, j1, mask_mod)
+
+
+def _mask_block(
+    scores: Tensor,
+    attn_mask: Tensor | None,
+    band: Band | None,
+    biases: dict[tuple[int, int, int], Tensor],
+    i0: int,
+    i1: int,
+    j0: int,
+    j1: int,
+    mask_mod: MaskMod | None,
+) -> tuple[Tensor, bool]:
+    """A block's scores with its masks applied (in place where it can), and whether any was."""
     if attn_mask is not None:
         block = attn_mask[..., i0:i1, j0:j1]  # mask already expanded to (..., L, S)
         if block.dtype == torch.bool:
@@ -480,6 +588,10 @@ def _block_scores(
         if bias is not None:
             scores.add_(bias)  # one vectorised pass, where masked_fill_ branches per pair
             masked = True
+    if mask_mod is not None:
+        indices = mod_indices(scores.shape[0], scores.shape[1], i0, i1, j0, j1, scores.device)
+        scores.masked_fill_(~mask_mod_keep(mask_mod, scores.shape, indices), float("-inf"))
+        masked = True
     return scores, masked
 
 
@@ -527,7 +639,8 @@ def tiled_forward(
 ) -> tuple[Tensor, Tensor]:
     """The forward loop; returns the output ``(..., L, Dv)`` and log-sum-exp ``(..., L)``."""
     lead = query.shape[:-2]
-    if attn_mask is None and lead == key.shape[:-2] == value.shape[:-2] and len(lead) != 1:
+    same_lead = lead == key.shape[:-2] == value.shape[:-2] and len(lead) != 1
+    if attn_mask is None and same_lead and not schedule.has_mods:
         # One batch axis instead of several (a view): every block's products are then
         # plain batched matrix products, and the output is accumulated in place by
         # baddbmm_ with no temporary for P V. About 5 % of the forward time at
@@ -548,12 +661,17 @@ def tiled_forward(
         # One block's scores, written by the product and reused block after block
         # (fresh memory is several times slower to write than memory in use).
         scores=query.new_empty(*batch, *schedule.block_shape()),
+        score_mod=schedule.score_mod,
+        mask_mod=schedule.mask_mod,
+        partial=schedule.partial,
     )
     for (i0, i1), key_blocks in zip(schedule.query_blocks(), schedule.key_blocks, strict=True):
         # Scaled block by block: a scaled copy of all of Q would be L x D more memory.
         q_m = query.new_empty(*batch, i1 - i0, D + 1)  # [Q_i scale, -m]
         torch.mul(query[..., i0:i1, :], scale, out=q_m[..., :D])
-        acc, row_sum, row_max = loop.run(q_m, i0, i1, key_blocks, hold_shift=True)
+        # A held shift is folded into the product, before score_mod could see the score.
+        hold_shift = schedule.score_mod is None
+        acc, row_sum, row_max = loop.run(q_m, i0, i1, key_blocks, hold_shift=hold_shift)
         # One sum over ℓ and õ is finite when no term of either overflowed. (The sum
         # itself can overflow where no term did: that only costs a redo.)
         if not bool((row_sum.sum() + acc.sum()).isfinite()):
@@ -591,6 +709,9 @@ class _TileLoop:
     band: Band | None
     biases: dict[tuple[int, int, int], Tensor]  # the band's block masks, built once
     scores: Tensor  # (..., block_q, widest key block), reused
+    score_mod: ScoreMod | None = None
+    mask_mod: MaskMod | None = None
+    partial: frozenset[tuple[int, int]] = frozenset()  # blocks (i0, j0) mask_mod masks
 
     def run(
         self,
@@ -620,7 +741,7 @@ class _TileLoop:
                 row_sum.add_(p.sum(dim=-1, keepdim=True))
                 _add_product(acc, p, v_j)
                 continue
-            scores, masked = self.scores_of(q_i, self.key_1[..., :D], i0, i1, j0, j1)
+            scores, masked = self.scores_of(q_i, self.key_1[..., :D], i0, i1, j0, j1, raw=True)
             new_max = torch.maximum(row_max, scores.amax(dim=-1, keepdim=True))  # (..., bq, 1)
             # A row masked so far has max -inf, and -inf - (-inf) is NaN: shift it by 0
             # instead, which gives exp(-inf) = 0 for every one of its entries.
@@ -637,9 +758,20 @@ class _TileLoop:
         return acc, row_sum, row_max
 
     def scores_of(
-        self, query_block: Tensor, key: Tensor, i0: int, i1: int, j0: int, j1: int
+        self,
+        query_block: Tensor,
+        key: Tensor,
+        i0: int,
+        i1: int,
+        j0: int,
+        j1: int,
+        raw: bool = False,
     ) -> tuple[Tensor, bool]:
-        """`_block_scores`, written into the reused buffer where the block fits it."""
+        """`_block_scores`, written into the reused buffer where the block fits it.
+
+        ``raw``: ``query_block`` is the scaled query alone (no shift column), so the
+        products are the scores themselves and ``score_mod`` applies.
+        """
         fits = (*query_block.shape[:-1], j1 - j0) == self.scores.shape
         return _block_scores(
             query_block,
@@ -652,6 +784,8 @@ class _TileLoop:
             j0,
             j1,
             out=self.scores if fits else None,
+            score_mod=self.score_mod if raw else None,
+            mask_mod=self.mask_mod if (i0, j0) in self.partial else None,
         )
 
 
@@ -679,7 +813,8 @@ def tiled_backward(
     mask_needs_grad: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     lead = query.shape[:-2]
-    if attn_mask is None and lead == key.shape[:-2] == value.shape[:-2] and len(lead) != 1:
+    same_lead = lead == key.shape[:-2] == value.shape[:-2] and len(lead) != 1
+    if attn_mask is None and same_lead and not schedule.has_mods:
         # One batch axis, as in the forward: the products then accumulate in place.
         tensors = (grad_out, query, key, value, out)
         g, q, k, v, o = (t.reshape(math.prod(lead), *t.shape[-2:]) for t in tensors)
@@ -703,7 +838,15 @@ def tiled_backward(
     # and two buffers of one block's size, for P and dP, are reused block after block.
     key_1 = _with_ones_column(key)
     loop = _TileLoop(
-        key_1, value, mask, schedule.band, {}, query.new_empty(*batch, *schedule.block_shape())
+        key_1,
+        value,
+        mask,
+        schedule.band,
+        {},
+        query.new_empty(*batch, *schedule.block_shape()),
+        schedule.score_mod,
+        schedule.mask_mod,
+        schedule.partial,
     )
     grad_p_buffer = torch.empty_like(loop.scores)
     for (i0, i1), key_blocks in zip(schedule.query_blocks(), schedule.key_blocks, strict=True):
@@ -714,21 +857,58 @@ def tiled_backward(
         delta_i = delta[..., i0:i1, :]  # (..., bq, 1)
         grad_q_i = torch.zeros_like(q_i)
         for j0, j1 in key_blocks:
-            shifted, masked = loop.scores_of(q_lse, key_1, i0, i1, j0, j1)  # z - lse
-            p = _exp_(shifted, masked)  # the block's probabilities, recomputed
             v_j, k_j = value[..., j0:j1, :], key[..., j0:j1, :]
+            if schedule.score_mod is not None:
+                score_vjp, p = _modded_probabilities(loop, q_i, k_j, lse[..., i0:i1, None], i0, j0)
+            else:
+                shifted, masked = loop.scores_of(q_lse, key_1, i0, i1, j0, j1)  # z - lse
+                p = _exp_(shifted, masked)  # the block's probabilities, recomputed
             _add_product(grad_v[..., j0:j1, :], p.transpose(-2, -1), do_i)  # (..., bk, Dv)
             fits = p.shape == grad_p_buffer.shape
             grad_p = torch.matmul(
                 do_i, v_j.transpose(-2, -1), out=grad_p_buffer if fits else None
             )  # (..., bq, bk)
-            grad_s = grad_p.sub_(delta_i).mul_(p)  # (..., bq, bk); in place, dP is done
+            grad_z = grad_p.sub_(delta_i).mul_(p)  # (..., bq, bk); in place, dP is done
+            # The gradient of the scaled product QK^T scale: through score_mod, if any.
+            grad_s = grad_z if schedule.score_mod is None else score_vjp(grad_z)
             _add_product(grad_q_i, grad_s, k_j)
             _add_product(grad_k[..., j0:j1, :], grad_s.transpose(-2, -1), q_i)  # (..., bk, D)
-            if grad_mask is not None:
-                _accumulate_mask_grad(grad_mask_2d, grad_s, i0, i1, j0, j1)
+            if grad_mask is not None:  # an additive mask is added after score_mod
+                _accumulate_mask_grad(grad_mask_2d, grad_z, i0, i1, j0, j1)
         grad_q[..., i0:i1, :] = grad_q_i * scale
     return grad_q, grad_k, grad_v, grad_mask
+
+
+def _modded_probabilities(
+    loop: _TileLoop, q_i: Tensor, k_j: Tensor, lse_i: Tensor, i0: int, j0: int
+) -> tuple[Callable[[Tensor], Tensor], Tensor]:
+    r"""A block's probabilities under ``score_mod``, and the vector-Jacobian product of it.
+
+    $P = e^{z - \text{lse}}$ with $z = \text{score\_mod}(s)$ masked, $s = Q_i K_j^\top
+    \cdot \text{scale}$ (``q_i`` is scaled). The returned function maps $dZ$ to $dS$
+    by autograd through ``score_mod`` on this block alone: the block's ``s`` is
+    recomputed, so nothing of the forward is kept. ``lse_i`` is ``(..., bq, 1)``.
+    """
+    assert loop.score_mod is not None
+    i1, j1 = i0 + q_i.shape[-2], j0 + k_j.shape[-2]
+    raw = torch.matmul(q_i, k_j.transpose(-2, -1))  # (B, H, bq, bk)
+    indices = mod_indices(raw.shape[0], raw.shape[1], i0, i1, j0, j1, raw.device)
+    with torch.enable_grad():
+        raw.requires_grad_(True)
+        modded = apply_score_mod(loop.score_mod, raw, indices)
+    mask_mod = loop.mask_mod if (i0, j0) in loop.partial else None
+    z, masked = _mask_block(
+        modded.detach().clone(), loop.mask, loop.band, loop.biases, i0, i1, j0, j1, mask_mod
+    )
+    p = _exp_(z.sub_(lse_i), masked)  # lse = +inf for a query that attends to nothing
+
+    def score_vjp(grad_z: Tensor) -> Tensor:
+        if not modded.requires_grad:  # score_mod ignores the score
+            return torch.zeros_like(raw)
+        (grad_raw,) = torch.autograd.grad(modded, raw, grad_z, allow_unused=True)
+        return torch.zeros_like(raw) if grad_raw is None else grad_raw
+
+    return score_vjp, p
 
 
 def _accumulate_mask_grad(

@@ -50,18 +50,21 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attention._checks import (
+    broadcast_shapes,
     check_attn_mask,
     check_causal_bias,
     check_flag,
     check_layout,
     check_mask_or_causal,
+    check_mods,
     check_query_key_value,
     check_scale,
     check_size,
     is_causal_bias,
     shape_str,
 )
-from attention._kernels import default_scale, scores_shape, working_dtype
+from attention._heads import repeat_heads
+from attention._kernels import MaskMod, ScoreMod, default_scale, scores_shape, working_dtype
 from attention._tiled import Band, make_schedule, tiled_attention
 from attention.masks import CausalAlignment
 
@@ -84,6 +87,8 @@ def flash_attention(
     *,
     block_q: int = 256,
     block_k: int = 256,
+    score_mod: ScoreMod | None = None,
+    mask_mod: MaskMod | None = None,
 ) -> Tensor:
     r"""Exact attention $\operatorname{softmax}(QK^\top \cdot \text{scale} + M)\,V$, in tiles.
 
@@ -102,7 +107,8 @@ def flash_attention(
     A second derivative (``create_graph=True``, ``torch.autograd.functional.hessian``),
     the ``torch.func`` transforms (``vmap``, ``grad``, ``jacrev``) and forward-mode
     differentiation (``torch.func.jvp``, ``jacfwd``, ``hessian``) are exact too: they
-    run on the dense ``(L, S)`` matrix, with its memory.
+    run on the dense ``(L, S)`` matrix, with its memory (not with ``score_mod`` or
+    ``mask_mod``, FlexAttention's functions, which only the tiled backward supports).
 
     Same arguments and results as
     [`scaled_dot_product_attention`][attention.functional.scaled_dot_product_attention]
@@ -127,6 +133,20 @@ def flash_attention(
         block_q: Queries per block. The default, 256 (for both), was among the
             fastest sizes tried on a 2-core CPU at $L = S = 1024$ and $2048$.
         block_k: Keys per block.
+        score_mod: ``score_mod(score, b, h, q_idx, kv_idx) -> score``, FlexAttention's
+            score function, as in
+            [`scaled_dot_product_attention`][attention.functional.scaled_dot_product_attention]:
+            applied inside each tile to its scaled scores, with the tile's absolute
+            indices, before the masks. The backward recomputes each tile's scores and
+            differentiates the mod with respect to them (autograd on that tile alone).
+            A tensor it captures that requires grad (a learned bias) is refused:
+            `NotImplementedError` (the dense function supports it). Needs 4-D inputs.
+        mask_mod: ``mask_mod(b, h, q_idx, kv_idx) -> bool``, FlexAttention's mask
+            function (True = may attend). Evaluated once per block before the loop, as
+            FlexAttention's ``create_block_mask`` does: a block where it keeps no pair
+            is skipped (no product, no ``exp``), one where it keeps every pair is not
+            masked, and only the rest are masked, with the mod evaluated again on the
+            tile. Combined with ``attn_mask`` / ``is_causal``: both must keep a pair.
 
     Returns:
         Tensor of shape ``(..., L, Dv)``.
@@ -134,10 +154,16 @@ def flash_attention(
     Raises:
         TypeError: If an input is not a floating-point tensor, dtypes differ, the mask
             has an unsupported dtype (a bool passed as the fourth positional argument
-            is read as ``attn_mask``), a flag is not a bool, or a block size is not an
-            int.
+            is read as ``attn_mask``), a flag is not a bool, a block size is not an
+            int, a mod is not callable, ``score_mod`` returns no floating-point
+            tensor, or ``mask_mod`` no bool tensor.
         ValueError: If shapes are inconsistent, the mask does not broadcast,
-            ``is_causal`` is combined with ``attn_mask``, or a block size is below 1.
+            ``is_causal`` is combined with ``attn_mask``, a block size is below 1, a mod
+            is given with inputs that are not 4-D, or a mod's result does not broadcast
+            to the scores.
+        NotImplementedError: With a mod, if ``score_mod`` captures a tensor that
+            requires grad (while grad is enabled), or for a second derivative
+            (``create_graph=True``), forward mode or the ``torch.func`` transforms.
 
     Examples:
         >>> import torch
@@ -157,6 +183,7 @@ def flash_attention(
     block_q = check_size("block_q", block_q, minimum=1)
     block_k = check_size("block_k", block_k, minimum=1)
     is_causal = check_mask_or_causal(attn_mask, is_causal)
+    check_mods(score_mod, mask_mod, query=query, key=key, value=value)
     L, S = query.shape[-2], key.shape[-2]
     band = Band(low=0, high=None) if is_causal else None  # causal: distance i - j >= 0
     if is_causal_bias(attn_mask):  # a causal mask: skip blocks, don't mask them
@@ -164,7 +191,26 @@ def flash_attention(
         band, attn_mask = Band(low=0, high=None, offset=offset), None
     if attn_mask is not None:
         attn_mask = check_attn_mask(attn_mask, scores_shape(query, key, enable_gqa), query)
-    schedule = make_schedule(L, S, block_q, block_k, band=band)
+    batch = (1, 1)  # (B, H) of the scores, for mask_mod: the inputs are 4-D with a mod
+    if score_mod is not None or mask_mod is not None:
+        if enable_gqa:
+            # The mods index query heads, and a tile of grouped heads has a group axis
+            # instead: repeat the key/value heads (H / Hkv times their memory, not L x S).
+            H = query.shape[-3]
+            key, value, enable_gqa = repeat_heads(key, H), repeat_heads(value, H), False
+        B, H = broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+        batch = (B, H)
+    schedule = make_schedule(
+        L,
+        S,
+        block_q,
+        block_k,
+        band=band,
+        score_mod=score_mod,
+        mask_mod=mask_mod,
+        batch=batch,
+        device=query.device,
+    )
     return tiled_attention(query, key, value, attn_mask, schedule, scale, enable_gqa)
 
 

@@ -30,13 +30,24 @@ from torch import Tensor
 from attention._checks import (
     check_attn_mask,
     check_mask_or_causal,
+    check_mods,
     check_probability,
     check_query_key,
     check_query_key_value,
     check_scale,
 )
 from attention._heads import repeat_heads
-from attention._kernels import default_scale, masked_softmax, scores_shape, working_dtype
+from attention._kernels import (
+    MaskMod,
+    ScoreMod,
+    apply_score_mod,
+    default_scale,
+    mask_mod_keep,
+    masked_softmax,
+    mod_indices,
+    scores_shape,
+    working_dtype,
+)
 from attention.masks import causal_mask
 
 __all__ = ["attention_weights", "scaled_dot_product_attention"]
@@ -49,6 +60,9 @@ def attention_weights(
     is_causal: bool = False,
     scale: float | None = None,
     enable_gqa: bool = False,
+    *,
+    score_mod: ScoreMod | None = None,
+    mask_mod: MaskMod | None = None,
 ) -> Tensor:
     r"""Attention probabilities $P = \operatorname{softmax}(Q K^\top \cdot \text{scale} + M)$.
 
@@ -69,16 +83,30 @@ def attention_weights(
         scale: Factor applied to $Q K^\top$; defaults to $1/\sqrt{D}$.
         enable_gqa: Grouped-query attention: each of the ``Hkv`` key heads serves
             ``H / Hkv`` consecutive query heads.
+        score_mod: Keyword only. ``score_mod(score, b, h, q_idx, kv_idx) -> score``, as
+            in PyTorch's FlexAttention: changes each scaled score before any mask
+            (``attn_mask``, ``is_causal`` and ``mask_mod`` apply after it; a float
+            ``attn_mask`` is added to its result). The indices are int64 tensors shaped
+            ``(B, 1, 1, 1)``, ``(1, H, 1, 1)``, ``(1, 1, L, 1)`` and ``(1, 1, 1, S)``,
+            which broadcast against the scores ``(B, H, L, S)``: a mod written for
+            FlexAttention works unchanged. It must return a floating-point tensor
+            broadcastable to the scores. Tensors it captures (a learned bias table)
+            get their gradients. Needs 4-D ``(B, H, L, D)`` inputs, as FlexAttention.
+        mask_mod: Keyword only. ``mask_mod(b, h, q_idx, kv_idx) -> Tensor`` of bool,
+            True where the query may attend, as in FlexAttention; the same indices.
+            A pair is kept only if this and ``attn_mask`` / ``is_causal`` keep it.
 
     Returns:
         Tensor of shape ``(..., L, S)`` with rows summing to 1 (0 when fully masked).
 
     Raises:
         TypeError: If an input is not a floating-point tensor, dtypes differ, the
-            mask has an unsupported dtype, or ``is_causal`` / ``enable_gqa`` is not a
-            bool.
-        ValueError: If shapes are inconsistent, the mask does not broadcast, or
-            ``is_causal`` is combined with ``attn_mask``.
+            mask has an unsupported dtype, ``is_causal`` / ``enable_gqa`` is not a
+            bool, a mod is not callable, ``score_mod`` returns no floating-point
+            tensor, or ``mask_mod`` no bool tensor.
+        ValueError: If shapes are inconsistent, the mask does not broadcast,
+            ``is_causal`` is combined with ``attn_mask``, a mod is given with inputs
+            that are not 4-D, or a mod's result does not broadcast to the scores.
 
     Examples:
         >>> import torch
@@ -96,7 +124,9 @@ def attention_weights(
     query, key = check_query_key(query, key, enable_gqa)
     mask = _checked_mask(attn_mask, is_causal, query, key, enable_gqa)
     scale = default_scale(query, check_scale(scale))
-    return _attention_weights(query, key, mask, scale, enable_gqa).to(query.dtype)
+    check_mods(score_mod, mask_mod, query=query, key=key)
+    weights = _attention_weights(query, key, mask, scale, enable_gqa, score_mod, mask_mod)
+    return weights.to(query.dtype)
 
 
 def scaled_dot_product_attention(
@@ -108,6 +138,9 @@ def scaled_dot_product_attention(
     is_causal: bool = False,
     scale: float | None = None,
     enable_gqa: bool = False,
+    *,
+    score_mod: ScoreMod | None = None,
+    mask_mod: MaskMod | None = None,
 ) -> Tensor:
     r"""Scaled dot-product attention: $\operatorname{softmax}(Q K^\top / \sqrt{D} + M)\,V$.
 
@@ -134,17 +167,31 @@ def scaled_dot_product_attention(
         scale: Factor applied to $Q K^\top$; defaults to $1/\sqrt{D}$.
         enable_gqa: Grouped-query attention: each of the ``Hkv`` key/value heads
             serves ``H / Hkv`` consecutive query heads.
+        score_mod: Keyword only. ``score_mod(score, b, h, q_idx, kv_idx) -> score``, as
+            in PyTorch's FlexAttention: changes each scaled score before any mask
+            (``attn_mask``, ``is_causal`` and ``mask_mod`` apply after it; a float
+            ``attn_mask`` is added to its result). The indices are int64 tensors shaped
+            ``(B, 1, 1, 1)``, ``(1, H, 1, 1)``, ``(1, 1, L, 1)`` and ``(1, 1, 1, S)``,
+            which broadcast against the scores ``(B, H, L, S)``: a mod written for
+            FlexAttention works unchanged. It must return a floating-point tensor
+            broadcastable to the scores. Tensors it captures (a learned bias table)
+            get their gradients. Needs 4-D ``(B, H, L, D)`` inputs, as FlexAttention.
+        mask_mod: Keyword only. ``mask_mod(b, h, q_idx, kv_idx) -> Tensor`` of bool,
+            True where the query may attend, as in FlexAttention; the same indices.
+            A pair is kept only if this and ``attn_mask`` / ``is_causal`` keep it.
 
     Returns:
         Tensor of shape ``(..., L, Dv)``. A query with every key masked gets zeros.
 
     Raises:
         TypeError: If an input is not a floating-point tensor, dtypes differ, the
-            mask has an unsupported dtype, or ``is_causal`` / ``enable_gqa`` is not a
-            bool.
+            mask has an unsupported dtype, ``is_causal`` / ``enable_gqa`` is not a
+            bool, a mod is not callable, ``score_mod`` returns no floating-point
+            tensor, or ``mask_mod`` no bool tensor.
         ValueError: If shapes are inconsistent (head sizes, key/value lengths, head
             counts), the mask does not broadcast, ``dropout_p`` is outside $[0, 1]$,
-            or ``is_causal`` is combined with ``attn_mask``.
+            ``is_causal`` is combined with ``attn_mask``, a mod is given with inputs
+            that are not 4-D, or a mod's result does not broadcast to the scores.
 
     Examples:
         >>> import torch
@@ -160,6 +207,29 @@ def scaled_dot_product_attention(
         >>> torch.allclose(out, F.scaled_dot_product_attention(q, k, v), atol=1e-6)
         True
 
+        FlexAttention's mods. A causal window of 3 keys as a ``mask_mod`` is the
+        same as that window as a bool ``attn_mask``:
+
+        >>> def window(b, h, q_idx, kv_idx):
+        ...     return (q_idx >= kv_idx) & (q_idx - kv_idx < 3)
+        >>> i, j = torch.arange(5).unsqueeze(-1), torch.arange(7)
+        >>> band = (i >= j) & (i - j < 3)  # (L, S)
+        >>> torch.equal(
+        ...     scaled_dot_product_attention(q, k, v, mask_mod=window),
+        ...     scaled_dot_product_attention(q, k, v, attn_mask=band),
+        ... )
+        True
+
+        and soft-capping (Gemma 2) as a ``score_mod`` caps the scaled scores:
+
+        >>> def softcap(score, b, h, q_idx, kv_idx):
+        ...     return 2.0 * torch.tanh(score / 2.0)
+        >>> capped = softcap(q @ k.transpose(-2, -1) / 8**0.5, None, None, None, None)
+        >>> expected = capped.softmax(dim=-1) @ v
+        >>> out = scaled_dot_product_attention(q, k, v, score_mod=softcap)
+        >>> torch.allclose(out, expected, atol=1e-6)
+        True
+
         With one key and one query the weight is 1, so the output is that value:
 
         >>> import torch
@@ -172,8 +242,11 @@ def scaled_dot_product_attention(
     dropout_p = check_probability("dropout_p", dropout_p)
     mask = _checked_mask(attn_mask, is_causal, query, key, enable_gqa)
     scale = default_scale(query, check_scale(scale))
+    check_mods(score_mod, mask_mod, query=query, key=key, value=value)
 
-    weights = _attention_weights(query, key, mask, scale, enable_gqa)  # (..., L, S)
+    weights = _attention_weights(
+        query, key, mask, scale, enable_gqa, score_mod, mask_mod
+    )  # (..., L, S)
     if dropout_p > 0.0:
         weights = torch.dropout(weights, dropout_p, train=True)
     if enable_gqa:
@@ -184,13 +257,22 @@ def scaled_dot_product_attention(
 
 
 def _attention_weights(
-    query: Tensor, key: Tensor, mask: Tensor | None, scale: float, enable_gqa: bool
+    query: Tensor,
+    key: Tensor,
+    mask: Tensor | None,
+    scale: float,
+    enable_gqa: bool,
+    score_mod: ScoreMod | None = None,
+    mask_mod: MaskMod | None = None,
 ) -> Tensor:
-    """Scores, mask and softmax: the attention weights ``(..., L, S)``, in the working dtype.
+    """Scores, mods, mask and softmax: the attention weights ``(..., L, S)``, in the working dtype.
 
     The unchecked core of both functions above and of `MultiHeadAttention`: each
     validates its own arguments once, then calls this. ``mask`` is validated already
     (bool, True = may attend, or float, added to the scores), and ``scale`` is a number.
+    With a mod, query and key are 4-D (`check_mods`); the mods' results are checked here,
+    where they are computed. Order, as in FlexAttention: scaled scores, ``score_mod``,
+    then the masks (``mask``, then ``mask_mod``).
     """
     # float16/bfloat16 lose too much in a long sum of products and in exp(), so, like
     # PyTorch's CPU reference path, compute in float32 and round once at the end.
@@ -201,10 +283,22 @@ def _attention_weights(
     query = query.to(compute_dtype)
 
     scores = (query @ key.transpose(-2, -1)) * scale  # (..., L, S)
+    if score_mod is not None or mask_mod is not None:
+        B, H, L, S = scores.shape  # 4-D: check_mods
+        indices = mod_indices(B, H, 0, L, 0, S, scores.device)  # broadcast to (B, H, L, S)
+    if score_mod is not None:
+        scores = apply_score_mod(score_mod, scores, indices)
+        if mask is None and mask_mod is None:
+            # masked_softmax writes into its argument: not into the mod's result (a
+            # broadcast view, or an output its own backward needs, as exp's does).
+            scores = scores.clone()
     if mask is not None and mask.dtype == torch.bool:
         scores = scores.masked_fill(~mask, float("-inf"))
     elif mask is not None:
         scores = scores + mask.to(compute_dtype)
+    if mask_mod is not None:
+        keep = mask_mod_keep(mask_mod, scores.shape, indices)  # (B, H, L, S)
+        scores = scores.masked_fill(~keep, float("-inf"))
     return masked_softmax(scores)
 
 
