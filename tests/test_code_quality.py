@@ -24,3 +24,19 @@ def test_ruff_lint_and_format_are_clean():
 def test_mypy_strict_passes_on_the_package():
     result = run("mypy")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_package_folder_is_installed() -> None:
+    """setuptools installs the packages it is told of, not their subfolders: a wheel
+    without `attention.distributed` imports fine from a checkout and fails elsewhere."""
+    import tomllib
+
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    folders = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for root in ("attention", "docs_build")
+        for init in (ROOT / root).rglob("__init__.py")
+    }
+    assert folders <= listed, f"not installed: {sorted(folders - listed)}"
