@@ -43,6 +43,7 @@ from attention.positional import (
     alibi_slopes,
     apply_rotary,
     relative_position_buckets,
+    rope_frequencies,
     sinusoidal_encoding,
 )
 from attention.viz import (
@@ -88,6 +89,7 @@ __all__ = [
     "plot_positional_encoding",
     "random_features",
     "relative_position_buckets",
+    "rope_frequencies",
     "scaled_dot_product_attention",
     "sinusoidal_encoding",
     "sliding_window_attention",

@@ -490,6 +490,98 @@ def check_positions(positions: object, x: Tensor) -> Tensor:
     return positions
 
 
+def check_rotary_dim(dim: object) -> int:
+    """Require an even head size ``dim >= 2``: RoPE rotates pairs of features."""
+    dim = check_size("dim", dim, minimum=2)
+    if dim % 2 != 0:
+        raise ValueError(f"dim must be even (RoPE rotates pairs of features); got {dim}")
+    return dim
+
+
+# Each RoPE scaling rule: (required keys, optional keys), named as in Hugging Face configs.
+ROPE_SCALING_RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "default": ((), ()),
+    "linear": (("factor",), ()),
+    "dynamic": (("factor", "original_max_position_embeddings"), ()),
+    "yarn": (
+        ("factor", "original_max_position_embeddings"),
+        ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate"),
+    ),
+    "llama3": (
+        ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+        (),
+    ),
+    "longrope": (
+        ("factor", "short_factor", "long_factor", "original_max_position_embeddings"),
+        ("attention_factor",),
+    ),
+}
+_ROPE_POSITIVE = ("factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow")
+
+
+def check_rope_scaling(scaling: object, dim: int) -> tuple[str, dict[str, float]]:
+    """Validate a RoPE ``scaling`` dict; return its rule and its parameters (``None``s dropped)."""
+    if scaling is None:
+        return "default", {}
+    if not isinstance(scaling, dict):
+        raise TypeError(f"scaling must be a dict or None; got {type(scaling).__name__}")
+    known = tuple(ROPE_SCALING_RULES)
+    rule = scaling.get("rope_type")
+    if rule not in ROPE_SCALING_RULES:
+        raise ValueError(
+            f"scaling['rope_type'] must be one of {known}; got {rule!r}"
+            if "rope_type" in scaling
+            else f"scaling must have a 'rope_type' key, one of {known}; got keys {sorted(scaling)}"
+        )
+    required, optional = ROPE_SCALING_RULES[rule]
+    params = {k: v for k, v in scaling.items() if k != "rope_type" and v is not None}
+    if "rope_theta" in params:
+        raise ValueError("scaling must not hold 'rope_theta'; pass it as base=")
+    unknown = sorted(set(params) - set(required) - set(optional))
+    if unknown:
+        raise ValueError(
+            f"scaling has unknown keys {unknown} for rope_type {rule!r}; "
+            f"expected {list(required)}, optionally {list(optional)}"
+        )
+    missing = [k for k in required if k not in params]
+    if missing:
+        raise ValueError(f"scaling for rope_type {rule!r} is missing {missing}")
+    for key, value in params.items():
+        if key == "truncate":
+            if not isinstance(value, bool):
+                raise TypeError(f"scaling['truncate'] must be a bool; got {value!r}")
+        elif key == "original_max_position_embeddings":
+            params[key] = check_size(f"scaling[{key!r}]", value, minimum=1)
+        elif key in ("short_factor", "long_factor"):
+            values = list(value) if isinstance(value, (list, tuple)) else None
+            if (
+                values is None
+                or len(values) != dim // 2
+                or not all(isinstance(v, Real) and not isinstance(v, bool) for v in values)
+                or not all(math.isfinite(v) and v > 0 for v in values)
+            ):
+                raise ValueError(
+                    f"scaling[{key!r}] must be a list of dim / 2 = {dim // 2} finite numbers "
+                    f"> 0; got {value!r}"
+                )
+        elif isinstance(value, bool) or not isinstance(value, Real):
+            raise TypeError(f"scaling[{key!r}] must be a real number; got {value!r}")
+        elif not math.isfinite(value) or (
+            value <= 0 and (key in _ROPE_POSITIVE or key == "attention_factor")
+        ):
+            raise ValueError(f"scaling[{key!r}] must be finite and > 0; got {value}")
+    if rule == "llama3" and params["high_freq_factor"] <= params["low_freq_factor"]:
+        raise ValueError(
+            "scaling['high_freq_factor'] must be greater than scaling['low_freq_factor']; "
+            f"got {params['high_freq_factor']} and {params['low_freq_factor']}"
+        )
+    if rule == "dynamic" and dim < 4:
+        raise ValueError(
+            f"rope_type 'dynamic' needs dim >= 4 (exponent dim / (dim - 2)); got {dim}"
+        )
+    return rule, params
+
+
 def check_labels(name: str, labels: Sequence[str] | None, n: int, what: str) -> list[str] | None:
     """Require ``None`` or exactly ``n`` labels; return them as strings."""
     if labels is None:

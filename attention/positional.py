@@ -30,6 +30,10 @@ $$
 $$
 
 and the attention score depends on the positions only through $m - n$.
+Pairs are adjacent features in the paper; Llama-style checkpoints pair feature $i$ with
+$i + D/2$ instead (``pairing="half"``). [`rope_frequencies`][attention.positional.rope_frequencies]
+implements the rules that stretch a trained RoPE to longer contexts (position
+interpolation, dynamic NTK, YaRN, Llama 3, LongRoPE).
 
 **ALiBi** (added to the attention scores). Head $h$ adds
 $-m_h \cdot |p_i - j|$ to the score of query $i$ for key $j$: the farther the key, the
@@ -47,6 +51,16 @@ References:
       encodings). [arXiv:1706.03762](https://arxiv.org/abs/1706.03762)
     - Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding", 2021.
       [arXiv:2104.09864](https://arxiv.org/abs/2104.09864)
+    - Chen et al., "Extending Context Window of Large Language Models via Positional
+      Interpolation", 2023. [arXiv:2306.15595](https://arxiv.org/abs/2306.15595)
+    - bloc97, "NTK-Aware Scaled RoPE", 2023 (a Reddit post, r/LocalLLaMA; its "dynamic"
+      variant is by emozilla), summarised with YaRN in Peng et al., "YaRN: Efficient
+      Context Window Extension of Large Language Models", 2023.
+      [arXiv:2309.00071](https://arxiv.org/abs/2309.00071)
+    - Llama Team, "The Llama 3 Herd of Models", 2024.
+      [arXiv:2407.21783](https://arxiv.org/abs/2407.21783)
+    - Ding et al., "LongRoPE: Extending LLM Context Window Beyond 2 Million Tokens",
+      2024. [arXiv:2402.13753](https://arxiv.org/abs/2402.13753)
     - Press, Smith and Lewis, "Train Short, Test Long: Attention with Linear Biases
       Enables Input Length Extrapolation", 2021.
       [arXiv:2108.12409](https://arxiv.org/abs/2108.12409)
@@ -58,6 +72,7 @@ References:
 from __future__ import annotations
 
 import math
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -65,8 +80,11 @@ from torch import Tensor, nn
 from attention._checks import (
     check_base,
     check_buckets,
+    check_choice,
     check_dtype,
     check_positions,
+    check_rope_scaling,
+    check_rotary_dim,
     check_same_dtype_and_device,
     check_size,
     check_tensor,
@@ -82,6 +100,7 @@ __all__ = [
     "alibi_slopes",
     "apply_rotary",
     "relative_position_buckets",
+    "rope_frequencies",
     "sinusoidal_encoding",
 ]
 
@@ -262,19 +281,42 @@ class LearnedPositionalEmbedding(nn.Module):
         return f"max_length={self.max_length}, embed_dim={self.embed_dim}"
 
 
-def apply_rotary(x: Tensor, positions: Tensor | None = None, *, base: float = 10000.0) -> Tensor:
+RotaryPairing = Literal["interleaved", "half"]
+
+
+def apply_rotary(
+    x: Tensor,
+    positions: Tensor | None = None,
+    *,
+    base: float = 10000.0,
+    pairing: RotaryPairing = "interleaved",
+    scaling: dict[str, Any] | None = None,
+) -> Tensor:
     r"""Rotary position embedding (RoPE): rotate feature pairs by position-dependent angles.
 
-    Each consecutive pair of features of the vector at position $p$ is rotated by
-    $p\,\theta_i$, with $\theta_i = \text{base}^{-2i/D}$:
+    Each pair of features of the vector at position $p$ is rotated by $p\,\theta_i$,
+    with $\theta_i = \text{base}^{-2i/D}$ (or the scaled frequencies of
+    [`rope_frequencies`][attention.positional.rope_frequencies]):
 
     $$
-    \begin{pmatrix} y_{2i} \\ y_{2i+1} \end{pmatrix} =
+    \begin{pmatrix} y_{a} \\ y_{b} \end{pmatrix} =
     \begin{pmatrix} \cos p\theta_i & -\sin p\theta_i \\
                     \sin p\theta_i & \cos p\theta_i \end{pmatrix}
-    \begin{pmatrix} x_{2i} \\ x_{2i+1} \end{pmatrix},
-    \qquad i = 0, \dots, D/2 - 1.
+    \begin{pmatrix} x_{a} \\ x_{b} \end{pmatrix},
+    \qquad i = 0, \dots, D/2 - 1,
     $$
+
+    where the pair $(a, b)$ depends on ``pairing``:
+
+    - ``"interleaved"`` (the default): adjacent features $(a, b) = (2i, 2i + 1)$, the
+      paper's convention, as in RoFormer, GPT-J and Meta's original LLaMA code.
+    - ``"half"``: feature $i$ with feature $i + D/2$, $(a, b) = (i, i + D/2)$, as
+      Hugging Face's ``rotate_half`` (GPT-NeoX, Llama, Mistral, Qwen, Gemma, ...).
+
+    The two are the same function after a fixed permutation of the features, which a
+    trained model absorbs into its projection weights; scores $q \cdot k$ are equal
+    when $q$ and $k$ are permuted alike. They do not mix: use the pairing the
+    checkpoint was trained with.
 
     Apply it to the queries and the keys (not the values) of every head, after the
     projections and before the dot product. Since $R_m^\top R_n = R_{n-m}$, the score
@@ -282,12 +324,10 @@ def apply_rotary(x: Tensor, positions: Tensor | None = None, *, base: float = 10
     $m - n$: attention sees relative positions, while each vector still carries its
     absolute one. Vector norms are unchanged, and position $0$ is left as it is.
 
-    This is the paper's convention: pairs are adjacent features $(x_{2i}, x_{2i+1})$,
-    as in RoFormer, GPT-J and Meta's LLaMA code. GPT-NeoX and the Hugging Face LLaMA
-    port pair feature $i$ with feature $i + D/2$ instead ("rotate half"); that is the
-    same rotation after a fixed permutation of the features, which a trained model
-    absorbs into its projection weights, but the two conventions do not mix without
-    permuting the checkpoint's weights.
+    With a ``scaling`` rule the output is also multiplied by the rule's attention
+    factor ($1$ except for YaRN and LongRoPE), as Hugging Face multiplies its ``cos``
+    and ``sin``; the ``"dynamic"`` and ``"longrope"`` rules use the length
+    ``positions.max() + 1``, as Hugging Face does.
 
     float16 and bfloat16 inputs are rotated in float32 and rounded once; the angles
     are always computed in float64, so large positions lose no precision.
@@ -300,6 +340,11 @@ def apply_rotary(x: Tensor, positions: Tensor | None = None, *, base: float = 10
             ``t`` cached ones; any shape that broadcasts to ``x.shape[:-1]``, such as
             ``(B, 1, L)``, gives each sequence of a batch its own positions.
         base: The constant of $\theta_i$; $10000$ in the paper.
+        pairing: ``"interleaved"`` (pairs $(2i, 2i + 1)$) or ``"half"``
+            (pairs $(i, i + D/2)$).
+        scaling: A context-extension rule and its parameters, as in
+            [`rope_frequencies`][attention.positional.rope_frequencies]; ``None``
+            for plain RoPE.
 
     Returns:
         Tensor of the shape and dtype of ``x``.
@@ -308,8 +353,8 @@ def apply_rotary(x: Tensor, positions: Tensor | None = None, *, base: float = 10
         TypeError: If ``x`` is not a floating-point tensor, ``positions`` is not an
             integer tensor, or ``base`` is not a real number.
         ValueError: If ``x`` has fewer than 2 dimensions or an odd $D$,
-            ``positions`` does not broadcast to ``x.shape[:-1]``, or ``base`` is not
-            finite and positive.
+            ``positions`` does not broadcast to ``x.shape[:-1]``, ``base`` is not
+            finite and positive, ``pairing`` is unknown, or ``scaling`` is invalid.
 
     Examples:
         >>> import torch
@@ -318,6 +363,15 @@ def apply_rotary(x: Tensor, positions: Tensor | None = None, *, base: float = 10
         >>> apply_rotary(x)  # position 0 unchanged, position 1 rotated by 1 radian
         tensor([[1.0000, 0.0000],
                 [0.5403, 0.8415]])
+
+        The two pairings, on one vector at position 1 (frequencies $1$ and $0.01$):
+
+        >>> from attention import apply_rotary
+        >>> x = torch.tensor([[0.0, 0.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0]])  # (L, D)
+        >>> apply_rotary(x)[1]  # pairs (1, 2) and (3, 4)
+        tensor([-1.1426,  1.9221,  2.9599,  4.0298])
+        >>> apply_rotary(x, pairing="half")[1]  # pairs (1, 3) and (2, 4)
+        tensor([-1.9841,  1.9599,  2.4624,  4.0198])
 
         Scores depend only on the distance between query and key positions:
 
@@ -335,6 +389,7 @@ def apply_rotary(x: Tensor, positions: Tensor | None = None, *, base: float = 10
     """
     x = check_tensor("x", x, min_ndim=2)
     base = check_base(base)
+    check_choice("pairing", pairing, ("interleaved", "half"))
     L, D = x.shape[-2], x.shape[-1]
     if D % 2 != 0:
         raise ValueError(
@@ -345,15 +400,214 @@ def apply_rotary(x: Tensor, positions: Tensor | None = None, *, base: float = 10
         positions = torch.arange(L, device=x.device)
     positions = check_positions(positions, x)
 
-    angles = positions.to(torch.float64).unsqueeze(-1) * _frequencies(D, base, x.device)
+    by_length = isinstance(scaling, dict) and scaling.get("rope_type") in ("dynamic", "longrope")
+    # Only these rules depend on the length (and reading it syncs with the device).
+    seq_len = int(positions.max()) + 1 if by_length and positions.numel() > 0 else None
+    inv_freq, attention_factor = rope_frequencies(
+        D, base=base, scaling=scaling, seq_len=seq_len, device=x.device
+    )  # (D/2,) float64
+    angles = positions.to(torch.float64).unsqueeze(-1) * inv_freq  # (..., L, D/2)
     compute_dtype = working_dtype(x.dtype)
-    cos = angles.cos().to(compute_dtype)  # (..., L, D/2)
-    sin = angles.sin().to(compute_dtype)  # (..., L, D/2)
+    cos = (angles.cos() * attention_factor).to(compute_dtype)  # (..., L, D/2)
+    sin = (angles.sin() * attention_factor).to(compute_dtype)  # (..., L, D/2)
 
-    pairs = x.to(compute_dtype).reshape(*x.shape[:-1], D // 2, 2)  # (..., L, D/2, 2)
-    even, odd = pairs[..., 0], pairs[..., 1]  # (..., L, D/2) each
-    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
-    return rotated.flatten(-2).to(x.dtype)  # (..., L, D/2, 2) -> (..., L, D)
+    dtype = x.dtype
+    x = x.to(compute_dtype)
+    if pairing == "interleaved":
+        pairs = x.reshape(*x.shape[:-1], D // 2, 2)  # (..., L, D/2, 2)
+        a, b = pairs[..., 0], pairs[..., 1]  # (..., L, D/2) each: features 2i, 2i + 1
+    else:
+        a, b = x[..., : D // 2], x[..., D // 2 :]  # (..., L, D/2) each: features i, i + D/2
+    rotated_a, rotated_b = a * cos - b * sin, a * sin + b * cos
+    if pairing == "interleaved":
+        # (..., L, D/2, 2) -> (..., L, D): back to adjacent pairs
+        y = torch.stack((rotated_a, rotated_b), dim=-1).flatten(-2)
+    else:
+        y = torch.cat((rotated_a, rotated_b), dim=-1)  # (..., L, D)
+    return y.to(dtype)  # (..., L, D)
+
+
+def rope_frequencies(
+    dim: int,
+    *,
+    base: float = 10000.0,
+    scaling: dict[str, Any] | None = None,
+    seq_len: int | None = None,
+    device: torch.device | str | None = None,
+) -> tuple[Tensor, float]:
+    r"""RoPE's frequencies $\theta_i$, plain or stretched to a longer context.
+
+    Plain RoPE uses $\theta_i = \text{base}^{-2i/D}$, $i = 0, \dots, D/2 - 1$: a
+    wavelength $\lambda_i = 2\pi/\theta_i$ from $2\pi$ to about $2\pi \cdot \text{base}$.
+    A model trained on $L_0$ positions has never seen the angles $p\,\theta_i$ of
+    positions $p \ge L_0$ for the slow (long-wavelength) pairs, and degrades beyond
+    $L_0$. Each rule below changes the $\theta_i$ so that a longer context of
+    $s \cdot L_0$ positions (``factor`` $s$) maps onto angles the model knows:
+
+    - ``"default"``: no change.
+    - ``"linear"``, position interpolation (Chen et al. 2023):
+      $\theta_i' = \theta_i / s$. Position $p$ gets the angle of $p/s$: every
+      position is squeezed into the trained range, at the cost of resolution between
+      neighbours in the fast pairs.
+    - ``"dynamic"``, dynamic NTK-aware scaling (bloc97, emozilla): keep the
+      frequencies, change the base,
+      $\text{base}' = \text{base} \cdot (s\,\ell / L_0 - (s - 1))^{D/(D - 2)}$ for the
+      current length $\ell = \max(\text{seq\_len}, L_0)$. The fastest pair keeps its
+      frequency (and its resolution), the slowest is divided by exactly
+      $\alpha = s\,\ell/L_0 - s + 1$, and at $\ell = L_0$ nothing changes. Frozen at
+      one length it is the static NTK-aware rule of bloc97's post,
+      $\text{base}' = \text{base} \cdot \alpha^{D/(D-2)}$.
+    - ``"yarn"``, YaRN (Peng et al. 2023), "NTK-by-parts": pairs that turn many times
+      within $L_0$ (more than $\beta_\text{fast}$ rotations, default 32) are kept,
+      pairs that turn less than $\beta_\text{slow}$ times (default 1) are interpolated
+      ($\theta_i / s$), and a linear ramp $\gamma_i$ over the pair index mixes the
+      two in between:
+      $\theta_i' = (1 - \gamma_i)\,\theta_i + \gamma_i\,\theta_i / s$. The ramp runs
+      from $i_\text{low}$ to $i_\text{high}$, the (floored and ceiled, unless
+      ``truncate=False``) indices where $L_0 / \lambda_i$ equals $\beta_\text{fast}$
+      and $\beta_\text{slow}$. Interpolation makes the attention softmax flatter, so
+      YaRN also scales the logits: the returned attention factor
+      $\sqrt{1/t} = 0.1 \ln s + 1$ multiplies ``cos`` and ``sin``, hence $q$ and $k$
+      (DeepSeek's ``mscale`` / ``mscale_all_dim`` give the ratio
+      $(0.1\,m \ln s + 1) / (0.1\,m_\text{all} \ln s + 1)$ instead; an explicit
+      ``attention_factor`` wins over both).
+    - ``"llama3"``, Llama 3.1 (Llama Team 2024): pairs with a wavelength shorter than
+      $L_0 / \text{high\_freq\_factor}$ are kept, those longer than
+      $L_0 / \text{low\_freq\_factor}$ are divided by $s$, and in between
+      $\theta_i' = (1 - \mu_i)\,\theta_i / s + \mu_i\,\theta_i$ with the smooth
+      factor $\mu_i = (L_0/\lambda_i - \text{low\_freq\_factor}) /
+      (\text{high\_freq\_factor} - \text{low\_freq\_factor})$.
+    - ``"longrope"``, LongRoPE (Ding et al. 2024, Phi-3): one searched factor per pair,
+      $\theta_i' = \theta_i / r_i$, with $r$ = ``short_factor`` up to $L_0$ and
+      ``long_factor`` beyond (``seq_len`` $> L_0$), and the attention factor
+      $\sqrt{1 + \ln s / \ln L_0}$ ($1$ for $s \le 1$). Phi-3 configs leave
+      ``factor`` out; it is ``max_position_embeddings / original_max_position_embeddings``.
+
+    ``scaling`` is a dict like the ``rope_parameters`` (formerly ``rope_scaling``) of
+    a Hugging Face config, with the key names of ``transformers.modeling_rope_utils``:
+    ``{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}``;
+    ``original_max_position_embeddings`` is $L_0$ (for ``"dynamic"`` Hugging Face
+    reads it from the config's ``max_position_embeddings``). The base goes in ``base``,
+    not in the dict. The frequencies are computed in float64; Hugging Face's, in
+    float32, agree with them to float32 rounding.
+
+    Args:
+        dim: The rotated head size $D$ (even).
+        base: The constant of $\theta_i$ (``rope_theta`` in Hugging Face configs).
+        scaling: ``None`` (plain RoPE) or a dict with ``"rope_type"`` (one of
+            ``"default"``, ``"linear"``, ``"dynamic"``, ``"yarn"``, ``"llama3"``,
+            ``"longrope"``) and that rule's parameters: ``factor`` (all but
+            ``"default"``), ``original_max_position_embeddings`` (all but
+            ``"default"`` and ``"linear"``), ``low_freq_factor`` and
+            ``high_freq_factor`` (``"llama3"``), ``short_factor`` and
+            ``long_factor``, lists of $D/2$ numbers (``"longrope"``), optionally
+            ``attention_factor`` (``"yarn"``, ``"longrope"``) and ``beta_fast``,
+            ``beta_slow``, ``mscale``, ``mscale_all_dim``, ``truncate`` (``"yarn"``).
+        seq_len: The current length $\ell$, used by ``"dynamic"`` and
+            ``"longrope"`` only; defaults to $L_0$.
+        device: Device of the frequencies.
+
+    Returns:
+        ``(inv_freq, attention_factor)``: the ``(D/2,)`` float64 frequencies
+            $\theta_i'$ and the float that multiplies ``cos`` and ``sin``
+            ($1$ except for ``"yarn"`` and ``"longrope"``).
+
+    Raises:
+        TypeError: If ``dim`` is not an int, ``scaling`` is not a dict or a
+            parameter has the wrong type.
+        ValueError: If ``dim`` is odd or below 2, ``base`` is not finite and
+            positive, the rule is unknown (the message lists the known ones), or a
+            parameter is missing, unknown or out of range (the message names it).
+
+    Examples:
+        >>> from attention import rope_frequencies
+        >>> inv_freq, factor = rope_frequencies(8, base=100.0)
+        >>> inv_freq  # 100 ** (-2i / 8)
+        tensor([1.0000, 0.3162, 0.1000, 0.0316], dtype=torch.float64)
+        >>> rope_frequencies(8, base=100.0, scaling={"rope_type": "linear", "factor": 4.0})[0]
+        tensor([0.2500, 0.0791, 0.0250, 0.0079], dtype=torch.float64)
+
+        YaRN keeps the fastest pair, divides the slowest by $s = 4$, ramps in between,
+        and scales the logits:
+
+        >>> from attention import rope_frequencies
+        >>> yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+        >>> inv_freq, factor = rope_frequencies(8, base=100.0, scaling=yarn)
+        >>> inv_freq / rope_frequencies(8, base=100.0)[0]  # theta_i' / theta_i
+        tensor([1.0000, 0.7500, 0.5000, 0.2500], dtype=torch.float64)
+        >>> round(factor, 4)  # 0.1 ln 4 + 1
+        1.1386
+    """
+    dim = check_rotary_dim(dim)
+    base = check_base(base)
+    rule, params = check_rope_scaling(scaling, dim)
+    theta = _frequencies(dim, base, device)  # (D/2,)
+    if rule == "default":
+        return theta, 1.0
+    factor = params["factor"]
+    if rule == "linear":
+        return theta / factor, 1.0
+    trained = int(params["original_max_position_embeddings"])  # L_0
+    if rule == "dynamic":
+        length = max(seq_len if seq_len is not None else trained, trained)
+        new_base = base * (factor * length / trained - (factor - 1)) ** (dim / (dim - 2))
+        return _frequencies(dim, new_base, device), 1.0
+    if rule == "llama3":
+        low, high = params["low_freq_factor"], params["high_freq_factor"]
+        wavelength = 2 * math.pi / theta  # (D/2,)
+        smooth = (trained / wavelength - low) / (high - low)  # 0 at the slow edge, 1 at the fast
+        mixed = (1 - smooth) * theta / factor + smooth * theta
+        kept_or_divided = torch.where(wavelength > trained / low, theta / factor, theta)
+        between = (wavelength >= trained / high) & (wavelength <= trained / low)
+        return torch.where(between, mixed, kept_or_divided), 1.0
+    if rule == "longrope":
+        long = seq_len is not None and seq_len > trained
+        rescale = torch.tensor(
+            params["long_factor" if long else "short_factor"], dtype=torch.float64, device=device
+        )  # (D/2,)
+        if "attention_factor" in params:
+            attention_factor = float(params["attention_factor"])
+        else:
+            attention_factor = (
+                math.sqrt(1 + math.log(factor) / math.log(trained)) if factor > 1 else 1.0
+            )
+        return theta / rescale, attention_factor
+    return _yarn(theta, dim, base, trained, params)
+
+
+def _yarn(
+    theta: Tensor, dim: int, base: float, trained: int, params: dict[str, float]
+) -> tuple[Tensor, float]:
+    """YaRN's frequencies and attention factor; see ``rope_frequencies``."""
+    factor = params["factor"]
+    beta_fast, beta_slow = params.get("beta_fast", 32.0), params.get("beta_slow", 1.0)
+
+    def pair_index(rotations: float) -> float:
+        # The (fractional) pair index i whose wavelength fits `rotations` times in L_0.
+        return dim * math.log(trained / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = pair_index(beta_fast), pair_index(beta_slow)
+    if params.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # as the reference code: avoid dividing by zero
+    i = torch.arange(dim // 2, device=theta.device, dtype=torch.float64)
+    ramp = ((i - low) / (high - low)).clamp(0, 1)  # (D/2,): 0 = keep, 1 = interpolate
+    inv_freq = (1 - ramp) * theta + ramp * theta / factor
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    if "attention_factor" in params:
+        attention_factor = float(params["attention_factor"])
+    elif params.get("mscale") and params.get("mscale_all_dim"):
+        attention_factor = mscale(factor, params["mscale"]) / mscale(
+            factor, params["mscale_all_dim"]
+        )
+    else:
+        attention_factor = mscale(factor)
+    return inv_freq, attention_factor
 
 
 def alibi_slopes(

@@ -257,6 +257,16 @@ def test_rotary_is_rotate_half_after_a_permutation_of_the_features():
     assert not torch.allclose(apply_rotary(x), rotate_half_rotary(x, torch.arange(L)))
 
 
+@pytest.mark.parametrize("lead", [(), (B,), (B, H)], ids=["2d", "3d", "4d"])
+def test_rotary_half_pairing_is_rotate_half(lead):
+    x = randn(*lead, L, D)
+    positions = torch.tensor([4, 0, 9, 1000, 2])
+    torch.testing.assert_close(
+        apply_rotary(x, positions, base=500.0, pairing="half"),
+        rotate_half_rotary(x, positions, base=500.0),
+    )
+
+
 def test_rotary_preserves_the_norm_of_every_pair():
     x = randn(B, H, L, D)
     y = apply_rotary(x, torch.arange(100, 100 + L))
