@@ -208,26 +208,27 @@ def scaled_dot_product_attention(
         True
 
         FlexAttention's mods. A causal window of 3 keys as a ``mask_mod`` is the
-        same as that window as a bool ``attn_mask``:
+        same as that window as a bool ``attn_mask``, and soft-capping (Gemma 2) as a
+        ``score_mod`` caps the scaled scores:
 
+        >>> import torch
+        >>> from attention import scaled_dot_product_attention
+        >>> _ = torch.manual_seed(0)
+        >>> q, k, v = torch.randn(3, 2, 4, 5, 8).unbind(0)  # (B, H, L, D), L = S = 5
         >>> def window(b, h, q_idx, kv_idx):
         ...     return (q_idx >= kv_idx) & (q_idx - kv_idx < 3)
-        >>> i, j = torch.arange(5).unsqueeze(-1), torch.arange(7)
+        >>> i, j = torch.arange(5).unsqueeze(-1), torch.arange(5)
         >>> band = (i >= j) & (i - j < 3)  # (L, S)
         >>> torch.equal(
         ...     scaled_dot_product_attention(q, k, v, mask_mod=window),
         ...     scaled_dot_product_attention(q, k, v, attn_mask=band),
         ... )
         True
-
-        and soft-capping (Gemma 2) as a ``score_mod`` caps the scaled scores:
-
         >>> def softcap(score, b, h, q_idx, kv_idx):
         ...     return 2.0 * torch.tanh(score / 2.0)
         >>> capped = softcap(q @ k.transpose(-2, -1) / 8**0.5, None, None, None, None)
-        >>> expected = capped.softmax(dim=-1) @ v
         >>> out = scaled_dot_product_attention(q, k, v, score_mod=softcap)
-        >>> torch.allclose(out, expected, atol=1e-6)
+        >>> torch.allclose(out, capped.softmax(dim=-1) @ v, atol=1e-6)
         True
 
         With one key and one query the weight is 1, so the output is that value:

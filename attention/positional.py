@@ -366,6 +366,7 @@ def apply_rotary(
 
         The two pairings, on one vector at position 1 (frequencies $1$ and $0.01$):
 
+        >>> import torch
         >>> from attention import apply_rotary
         >>> x = torch.tensor([[0.0, 0.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0]])  # (L, D)
         >>> apply_rotary(x)[1]  # pairs (1, 2) and (3, 4)

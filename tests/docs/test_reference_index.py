@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import attention
+from attention.integrations import huggingface
 from tests.conftest import ROOT
 from tests.docs._codeblocks import Element, parse_html
 
@@ -54,12 +55,12 @@ def test_reference_index_tables_render_every_row(built_site: Path) -> None:
     summary, conventions = body_rows  # the page has exactly these two tables
 
     # The summary lists every public object once, plus the NumPy reference module, the
-    # worked examples' and the distributed functions' names (namespaces, so written
-    # with them).
+    # worked examples', the distributed functions' and the integrations' names
+    # (namespaces, so written with them).
     listed = [code.text() for row in summary for code in cells(row)[0].iter() if code.tag == "code"]
     namespaced = [
-        f"{module.__name__.split('.')[1]}.{name}"
-        for module in (attention.examples, attention.distributed)
+        f"{module.__name__.removeprefix('attention.')}.{name}"
+        for module in (attention.examples, attention.distributed, huggingface)
         for name in module.__all__
     ]
     assert sorted(listed) == sorted([*attention.__all__, "numpy_reference", *namespaced])
