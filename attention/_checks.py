@@ -714,31 +714,31 @@ def check_score_mod_output(result: object, shape: torch.Size) -> Tensor:
 
     Returns it expanded to ``shape`` (a view).
     """
-    if not isinstance(result, Tensor):
-        raise TypeError(f"score_mod must return a torch.Tensor; got {type(result).__name__}")
+    result = _check_mod_output("score_mod", "a torch.Tensor", result, shape)
     if not result.is_floating_point():
         raise TypeError(
             f"score_mod must return a floating-point tensor (the new scores); got {result.dtype}"
-        )
-    if not broadcasts_to(tuple(result.shape), tuple(shape)):
-        raise ValueError(
-            f"score_mod must return a tensor broadcastable to the scores {tuple(shape)}; "
-            f"got {shape_str(result)}"
         )
     return result.expand(shape)
 
 
 def check_mask_mod_output(result: object, shape: torch.Size) -> Tensor:
     """Require ``mask_mod``'s result to be a bool tensor broadcastable to ``shape``."""
-    if not isinstance(result, Tensor):
-        raise TypeError(f"mask_mod must return a bool torch.Tensor; got {type(result).__name__}")
+    result = _check_mod_output("mask_mod", "a bool torch.Tensor", result, shape)
     if result.dtype != torch.bool:
         raise TypeError(
             f"mask_mod must return a bool tensor (True = may attend); got {result.dtype}"
         )
+    return result.expand(shape)
+
+
+def _check_mod_output(name: str, expected: str, result: object, shape: torch.Size) -> Tensor:
+    """What both mods must return: a tensor that broadcasts to the scores' ``shape``."""
+    if not isinstance(result, Tensor):
+        raise TypeError(f"{name} must return {expected}; got {type(result).__name__}")
     if not broadcasts_to(tuple(result.shape), tuple(shape)):
         raise ValueError(
-            f"mask_mod must return a tensor broadcastable to the scores {tuple(shape)}; "
+            f"{name} must return a tensor broadcastable to the scores {tuple(shape)}; "
             f"got {shape_str(result)}"
         )
-    return result.expand(shape)
+    return result
