@@ -21,6 +21,8 @@ from attention.efficient import (
 )
 from attention.functional import attention_weights, scaled_dot_product_attention
 from attention.kv_cache import KVCache
+from attention.latent import LatentCache, MultiHeadLatentAttention, kv_cache_numbers_per_token
+from attention.layer_patterns import interleaved_layer_types, kv_cache_positions
 from attention.masks import (
     block_sparse_mask,
     causal_mask,
@@ -36,6 +38,7 @@ from attention.multi_head import (
     MultiHeadAttention,
     SelfAttention,
 )
+from attention.normalization import rms_norm
 from attention.positional import (
     LearnedPositionalEmbedding,
     RelativePositionBias,
@@ -46,6 +49,8 @@ from attention.positional import (
     rope_frequencies,
     sinusoidal_encoding,
 )
+from attention.sinks import sink_attention
+from attention.softcap import soft_cap, softcap_score_mod
 from attention.viz import (
     HeadView,
     attention_entropy,
@@ -61,8 +66,10 @@ __all__ = [
     "CrossAttention",
     "HeadView",
     "KVCache",
+    "LatentCache",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",
+    "MultiHeadLatentAttention",
     "RelativePositionBias",
     "SelfAttention",
     "alibi_bias",
@@ -76,6 +83,9 @@ __all__ = [
     "combine_masks",
     "favor_features",
     "flash_attention",
+    "interleaved_layer_types",
+    "kv_cache_numbers_per_token",
+    "kv_cache_positions",
     "linear_attention",
     "linformer_attention",
     "mask_to_bias",
@@ -89,11 +99,15 @@ __all__ = [
     "plot_positional_encoding",
     "random_features",
     "relative_position_buckets",
+    "rms_norm",
     "rope_frequencies",
     "scaled_dot_product_attention",
+    "sink_attention",
     "sinusoidal_encoding",
     "sliding_window_attention",
     "sliding_window_mask",
+    "soft_cap",
+    "softcap_score_mod",
     "strided_layout",
 ]
 

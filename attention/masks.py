@@ -108,6 +108,7 @@ def sliding_window_mask(
     *,
     window: int,
     causal: bool = True,
+    sinks: int = 0,
     alignment: CausalAlignment = "top_left",
     device: torch.device | str | None = None,
 ) -> Tensor:
@@ -120,11 +121,18 @@ def sliding_window_mask(
     [`causal_mask`][attention.masks.causal_mask]. Each query then needs $O(w)$
     keys instead of $O(S)$, which is what efficient sliding-window kernels exploit.
 
+    ``sinks=n`` also keeps the first $n$ keys for every query that may see them
+    (for a causal window, those at or before it): StreamingLLM's attention sinks
+    ([Xiao et al. 2024](https://arxiv.org/abs/2309.17453)), the tokens a trained model
+    parks unneeded weight on, which a plain window would evict (see
+    [`sink_attention`][attention.sinks.sink_attention]).
+
     Args:
         L: Number of queries.
         S: Number of keys; defaults to ``L``.
         window: Window size $w \ge 1$.
         causal: Keep only keys at or before the query's position.
+        sinks: Number of leading keys kept in every window, $\ge 0$.
         alignment: ``"top_left"`` ($p_i = i$) or ``"bottom_right"``
             ($p_i = i + S - L$).
         device: Device of the returned tensor.
@@ -133,8 +141,8 @@ def sliding_window_mask(
         Bool tensor of shape ``(L, S)``, True where attention is allowed.
 
     Raises:
-        TypeError: If ``L``, ``S`` or ``window`` is not an int, or ``causal`` is not
-            a bool.
+        TypeError: If ``L``, ``S``, ``window`` or ``sinks`` is not an int, or
+            ``causal`` is not a bool.
         ValueError: If a size is negative, ``window < 1``, or ``alignment`` is unknown.
 
     Examples:
@@ -150,12 +158,20 @@ def sliding_window_mask(
                 [1, 1, 1, 0],
                 [0, 1, 1, 1],
                 [0, 0, 1, 1]], dtype=torch.int32)
+        >>> sliding_window_mask(6, window=2, sinks=1).int()  # StreamingLLM
+        tensor([[1, 0, 0, 0, 0, 0],
+                [1, 1, 0, 0, 0, 0],
+                [1, 1, 1, 0, 0, 0],
+                [1, 0, 1, 1, 0, 0],
+                [1, 0, 0, 1, 1, 0],
+                [1, 0, 0, 0, 1, 1]], dtype=torch.int32)
     """
     window = check_size("window", window, minimum=1)
+    sinks = check_size("sinks", sinks)
     check_flag("causal", causal)
     query_positions, key_positions = query_key_positions(L, S, alignment, device)
-    # p_i - w < j: the key is fewer than w positions back (L, S)
-    recent = key_positions > query_positions - window
+    # p_i - w < j: the key is fewer than w positions back (L, S); or one of the sinks
+    recent = (key_positions > query_positions - window) | (key_positions < sinks)
     if causal:
         return recent & (key_positions <= query_positions)  # 0 <= p_i - j < w
     return recent & (key_positions < query_positions + window)  # |p_i - j| < w
