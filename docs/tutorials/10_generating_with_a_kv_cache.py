@@ -415,7 +415,8 @@ ratio = t_full / t_cache
 slope_full = np.polyfit(np.log(ts), np.log(t_full), 1)[0]
 slope_cache = np.polyfit(np.log(ts), np.log(t_cache), 1)[0]
 print(
-    f"{'t':>5} {'no cache ms':>12} {'cache ms':>9} {'time ratio':>11} {'FLOP ratio':>11}"
+    f"{'t':>5} {'no cache ms':>12} {'cache ms':>9}"
+    f" {'time ratio':>11} {'FLOP ratio':>11}"
 )
 for t, a, b, r in zip(ts, t_full, t_cache, ratio, strict=True):
     print(f"{t:>5} {1e3 * a:>12.3f} {1e3 * b:>9.3f} {r:>11.1f} {t:>11}")

@@ -468,7 +468,8 @@ on_successor = ind_maps[:, again, again - TEST_PERIOD + 1].mean().item()
 on_first_keys = ind_maps[:, seen, :4].sum(-1).mean().item()
 print("previous-token head, weight on key i - 1:")
 print(
-    f"  first occurrences {on_previous:.2f}, repeated half {on_previous_again:.2f}"
+    f"  first occurrences {on_previous:.2f},"
+    f" repeated half {on_previous_again:.2f}"
 )
 print("induction head:")
 print(f"  repeated half, on the successor key: {on_successor:.2f}")

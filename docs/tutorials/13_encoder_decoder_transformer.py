@@ -881,9 +881,8 @@ for pre_norm, warmup in ((True, 0), (False, WARMUP), (False, 0)):
     results[name] = recent_loss(
         train(candidate, steps=SHORT, warmup=warmup)
     )
-print(
-    f"three models of {SHORT} steps in {time.thread_time() - start:.1f} s of CPU"
-)
+cpu_seconds = time.thread_time() - start
+print(f"three models of {SHORT} steps in {cpu_seconds:.1f} s of CPU")
 print(f"training loss over steps {SHORT - 19}-{SHORT}:")
 for name, loss in results.items():
     print(f"  {name:<20} {loss:.3f}")

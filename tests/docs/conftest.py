@@ -1,4 +1,5 @@
-"""Fixtures that build the documentation site once per session and serve it locally."""
+"""Fixtures that build the documentation site once per session, serve it locally, and walk
+it once in a light and a dark browser for the desktop browser tests."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import BUILD, ROOT
+from tests.docs._walk import SiteWalk, walk_site
 
 
 @pytest.fixture(scope="session")
@@ -118,3 +120,13 @@ def browser():
         browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+
+
+@pytest.fixture(scope="session")
+def site_walk(browser, built_site: Path, site_url: str) -> SiteWalk:
+    """Every page loaded once in a light and once in a dark browser, 1366 x 900, with what
+    each desktop browser test asserts on recorded per page and scheme (``_walk.py``).
+
+    Session-scoped, so that test_browser.py and test_accessibility.py share one walk: the
+    first test to ask for it pays for the whole walk (axe is most of it)."""
+    return walk_site(browser, built_site, site_url)
