@@ -390,10 +390,8 @@ class MultiHeadLatentAttention(nn.Module):
         (2, 5, 48)
         >>> torch.allclose(mla(x, absorbed=True), out, atol=1e-6)
         True
-
-        Decoding token by token with a cache gives the same outputs, and the cache
-        holds $d_c + D_r = 20$ numbers per token, not $H (D_n + D_v) = 42$:
-
+        >>> # Decoding token by token with a cache gives the same outputs, and the
+        >>> # cache holds d_c + D_r = 20 numbers per token, not H (D_n + D_v) = 42.
         >>> cache = LatentCache()
         >>> steps = [mla(x[:, :3], cache=cache)]  # prefill 3 tokens
         >>> steps += [mla(x[:, t : t + 1], cache=cache) for t in (3, 4)]

@@ -466,17 +466,18 @@ else:
 def against_flops(slope, flop_slope):
     if abs(slope - flop_slope) <= 0.15:
         return "about as fast as its FLOPs"
-    return f"{'faster' if slope > flop_slope else 'more slowly'} than its FLOPs"
+    pace = "faster" if slope > flop_slope else "more slowly"
+    return f"{pace} than its FLOPs"
 
 
 sentences = (
     f"Measured here: the cached step {grew(slope_cache)} with t (slope"
     f" {slope_cache:.2f}); the uncached one grew as t^{slope_full:.2f},"
     f" {against_flops(slope_full, flop_slope_full)} (slope"
-    f" {flop_slope_full:.2f}). The uncached step took {ratio[0]:.1f}x the cached"
-    f" one's time at t = {ts[0]} and {ratio[-1]:.1f}x at t = {ts[-1]}: the"
-    f" gap {trend}. That time ratio was below the FLOP ratio t at"
-    f" {how_many(ratio < ts)} lengths, and below t / 4 at"
+    f" {flop_slope_full:.2f}). The uncached step took {ratio[0]:.1f}x"
+    f" the cached one's time at t = {ts[0]} and {ratio[-1]:.1f}x at"
+    f" t = {ts[-1]}: the gap {trend}. That time ratio was below the FLOP"
+    f" ratio t at {how_many(ratio < ts)} lengths, and below t / 4 at"
     f" {how_many(ratio < ts / 4)}."
 )
 print()

@@ -400,7 +400,8 @@ layers, H = previous.shape
 for layer in range(layers):
     for h in range(H):
         print(
-            f"layer {layer}, head {h}: previous-token {previous[layer, h]:.2f},"
+            f"layer {layer}, head {h}:"
+            f" previous-token {previous[layer, h]:.2f},"
             f" induction {induction[layer, h]:.2f}"
         )
 prev_head = (0, int(previous[0].argmax()))  # the best of each kind
