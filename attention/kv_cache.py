@@ -101,24 +101,30 @@ class KVCache:
                 "key and value must be (B, Hkv, L_new, D) and (B, Hkv, L_new, Dv); "
                 f"got key {shape_str(key)}, value {shape_str(value)}"
             )
-        if self.key is None or self.value is None:
-            return key, value
-        check_same_dtype_and_device(cached_key=self.key, key=key)
-        if key.shape[:2] != self.key.shape[:2] or key.shape[-1] != self.key.shape[-1]:
-            raise ValueError(
-                "new keys must match the cached (B, Hkv, S, D) in B, Hkv and D; "
-                f"got key {shape_str(key)}, cached {shape_str(self.key)}"
-            )
-        if value.shape[-1] != self.value.shape[-1]:
-            raise ValueError(
-                f"new values must match the cached value size Dv; got value "
-                f"{shape_str(value)}, cached {shape_str(self.value)}"
-            )
-        all_keys = torch.cat([self.key, key], dim=-2)  # (B, Hkv, S + L_new, D)
-        all_values = torch.cat([self.value, value], dim=-2)  # (B, Hkv, S + L_new, Dv)
-        return all_keys, all_values
+        return (
+            extend_sequence("key", "(B, Hkv, S, D)", self.key, key),
+            extend_sequence("value", "(B, Hkv, S, Dv)", self.value, value),
+        )
 
     def reset(self) -> None:
         """Forget every cached position (start a new sequence)."""
         self.key = None
         self.value = None
+
+
+def extend_sequence(name: str, layout: str, cached: Tensor | None, new: Tensor) -> Tensor:
+    """``new`` appended to ``cached`` along the sequence axis (-2), or ``new`` alone.
+
+    Package-internal: the one rule of every cache here (this module's and
+    `attention.latent.LatentCache`): the new positions must match what is cached in
+    every size but the sequence length, and in dtype and device.
+    """
+    if cached is None:
+        return new
+    check_same_dtype_and_device(**{f"cached_{name}": cached, name: new})
+    if new.shape[:-2] != cached.shape[:-2] or new.shape[-1] != cached.shape[-1]:
+        raise ValueError(
+            f"new {name} must match the cached {name} {layout} in every size but S; "
+            f"got {name} {shape_str(new)}, cached {shape_str(cached)}"
+        )
+    return torch.cat([cached, new], dim=-2)  # (..., S + L_new, ·)

@@ -87,6 +87,7 @@ from attention._checks import (
     shape_str,
 )
 from attention.functional import scaled_dot_product_attention
+from attention.kv_cache import extend_sequence
 from attention.masks import causal_mask
 from attention.normalization import rms_norm
 from attention.positional import RotaryPairing, apply_rotary
@@ -185,22 +186,10 @@ class LatentCache:
                 "latent and rope_key must be (B, L_new, d_c) and (B, L_new, D_r); "
                 f"got latent {shape_str(latent)}, rope_key {shape_str(rope_key)}"
             )
-        if self.latent is None or self.rope_key is None:
-            return latent, rope_key
-        check_same_dtype_and_device(cached_latent=self.latent, latent=latent)
-        if latent.shape[0] != self.latent.shape[0] or latent.shape[-1] != self.latent.shape[-1]:
-            raise ValueError(
-                "new latents must match the cached (B, S, d_c) in B and d_c; "
-                f"got latent {shape_str(latent)}, cached {shape_str(self.latent)}"
-            )
-        if rope_key.shape[-1] != self.rope_key.shape[-1]:
-            raise ValueError(
-                "new RoPE keys must match the cached size D_r; got rope_key "
-                f"{shape_str(rope_key)}, cached {shape_str(self.rope_key)}"
-            )
-        all_latents = torch.cat([self.latent, latent], dim=-2)  # (B, S + L_new, d_c)
-        all_rope_keys = torch.cat([self.rope_key, rope_key], dim=-2)  # (B, S + L_new, D_r)
-        return all_latents, all_rope_keys
+        return (
+            extend_sequence("latent", "(B, S, d_c)", self.latent, latent),
+            extend_sequence("rope_key", "(B, S, D_r)", self.rope_key, rope_key),
+        )
 
     def reset(self) -> None:
         """Forget every cached position (start a new sequence)."""

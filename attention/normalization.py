@@ -6,12 +6,14 @@ by its root mean square and multiplies by a learned gain:
 $$\operatorname{RMSNorm}(x) = \frac{x}{\sqrt{\tfrac{1}{D}\sum_d x_d^2 + \epsilon}} \odot g.$$
 
 **QK-norm** applies it to every head's query and key, over the head dimension, before
-RoPE and before the dot product (Qwen 3, Gemma 3, OLMo 2). A query of norm
-$\lVert q \rVert$ and a key of norm $\lVert k \rVert$ can score at most
-$\lVert q \rVert \lVert k \rVert / \sqrt{D}$; after RMSNorm both norms are
+RoPE and before the dot product (Qwen 3, Gemma 3, OLMo 2 over the whole projection). A
+query of norm $\lVert q \rVert$ and a key of norm $\lVert k \rVert$ can score at most
+$\lVert q \rVert \lVert k \rVert / \sqrt{D}$; after RMSNorm both norms are about
 $\sqrt{D}$ times the gains, so no growth in the projections' weights can push the
-scores, and the softmax, to saturation. That is the instability it was introduced
-against ([Dehghani et al. 2023](https://arxiv.org/abs/2302.05442)).
+scores, and the softmax, to saturation: the divergence of attention logits that
+[Dehghani et al. 2023](https://arxiv.org/abs/2302.05442) stopped with it (with a
+LayerNorm; [Henry et al. 2020](https://arxiv.org/abs/2010.04245) first normalised
+queries and keys, with their L2 norms).
 """
 
 from __future__ import annotations

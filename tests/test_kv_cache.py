@@ -70,9 +70,13 @@ def test_reset_starts_a_new_sequence():
 def test_append_rejects_mismatched_shapes():
     cache = KVCache()
     cache.append(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 5))
-    with pytest.raises(ValueError, match=r"match the cached \(B, Hkv, S, D\) in B, Hkv and D"):
+    with pytest.raises(
+        ValueError, match=r"new key must match the cached key \(B, Hkv, S, D\) in every size but S"
+    ):
         cache.append(torch.zeros(1, 3, 1, 4), torch.zeros(1, 3, 1, 5))
-    with pytest.raises(ValueError, match=r"cached value size Dv"):
+    with pytest.raises(
+        ValueError, match=r"new value must match the cached value \(B, Hkv, S, Dv\)"
+    ):
         cache.append(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 6))
     with pytest.raises(ValueError, match=r"key and value must be \(B, Hkv, L_new, D\)"):
         cache.append(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 2, 5))

@@ -441,7 +441,9 @@ def test_failed_call_leaves_the_cache_unchanged() -> None:
     cache = LatentCache()
     with torch.no_grad():
         mla(torch.randn(2, 3, E, dtype=torch.float64), cache=cache)
-        with pytest.raises(ValueError, match=r"must match the cached \(B, S, d_c\) in B"):
+        with pytest.raises(
+            ValueError, match=r"new latent must match the cached latent \(B, S, d_c\)"
+        ):
             mla(torch.randn(3, 1, E, dtype=torch.float64), cache=cache)
     assert len(cache) == 3
 
@@ -451,7 +453,10 @@ def test_latent_cache_bad_input() -> None:
     with pytest.raises(ValueError, match=r"latent \(2, 3, 16\), rope_key \(2, 4, 4\)"):
         cache.append(torch.zeros(2, 3, 16), torch.zeros(2, 4, 4))
     cache.append(torch.zeros(2, 3, 16), torch.zeros(2, 3, 4))
-    with pytest.raises(ValueError, match=r"cached size D_r; got rope_key \(2, 1, 5\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"cached rope_key \(B, S, D_r\) in every size but S; got rope_key \(2, 1, 5\)",
+    ):
         cache.append(torch.zeros(2, 1, 16), torch.zeros(2, 1, 5))
     with pytest.raises(TypeError, match="same dtype"):
         cache.append(torch.zeros(2, 1, 16, dtype=torch.float64), torch.zeros(2, 1, 4))
