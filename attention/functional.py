@@ -271,9 +271,26 @@ def _attention_weights(
     The unchecked core of both functions above and of `MultiHeadAttention`: each
     validates its own arguments once, then calls this. ``mask`` is validated already
     (bool, True = may attend, or float, added to the scores), and ``scale`` is a number.
-    With a mod, query and key are 4-D (`check_mods`); the mods' results are checked here,
-    where they are computed. Order, as in FlexAttention: scaled scores, ``score_mod``,
-    then the masks (``mask``, then ``mask_mod``).
+    """
+    return masked_softmax(_masked_scores(query, key, mask, scale, enable_gqa, score_mod, mask_mod))
+
+
+def _masked_scores(
+    query: Tensor,
+    key: Tensor,
+    mask: Tensor | None,
+    scale: float,
+    enable_gqa: bool,
+    score_mod: ScoreMod | None = None,
+    mask_mod: MaskMod | None = None,
+) -> Tensor:
+    """The scaled, modded and masked scores ``(..., L, S)``, in the working dtype.
+
+    The logits of `_attention_weights`' softmax (and of `attention.sinks`, which adds a
+    column to them); a tensor of its own, which the softmax may overwrite. With a mod,
+    query and key are 4-D (`check_mods`); the mods' results are checked here, where they
+    are computed. Order, as in FlexAttention: scaled scores, ``score_mod``, then the
+    masks (``mask``, then ``mask_mod``).
     """
     # float16/bfloat16 lose too much in a long sum of products and in exp(), so, like
     # PyTorch's CPU reference path, compute in float32 and round once at the end.
@@ -300,7 +317,7 @@ def _attention_weights(
     if mask_mod is not None:
         keep = mask_mod_keep(mask_mod, scores.shape, indices)  # (B, H, L, S)
         scores = scores.masked_fill(~keep, float("-inf"))
-    return masked_softmax(scores)
+    return scores
 
 
 def _checked_mask(

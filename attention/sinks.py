@@ -33,8 +33,8 @@ from torch import Tensor
 
 from attention._checks import check_query_key_value, check_scale, check_tensor, shape_str
 from attention._heads import repeat_heads
-from attention._kernels import default_scale, working_dtype
-from attention.functional import _checked_mask
+from attention._kernels import default_scale
+from attention.functional import _checked_mask, _masked_scores
 
 __all__ = ["sink_attention"]
 
@@ -96,15 +96,10 @@ def sink_attention(
     mask = _checked_mask(attn_mask, is_causal, query, key, enable_gqa)
     scale = default_scale(query, check_scale(scale))
 
-    dtype = working_dtype(query.dtype)
+    scores = _masked_scores(query, key, mask, scale, enable_gqa)  # (..., H, L, S)
+    dtype = scores.dtype  # the working dtype
     if enable_gqa:
-        key = repeat_heads(key, query.shape[-3])  # (..., Hkv, S, D) -> (..., H, S, D)
-        value = repeat_heads(value, query.shape[-3])
-    scores = (query.to(dtype) @ key.to(dtype).transpose(-2, -1)) * scale  # (..., H, L, S)
-    if mask is not None and mask.dtype == torch.bool:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    elif mask is not None:
-        scores = scores + mask.to(dtype)
+        value = repeat_heads(value, query.shape[-3])  # (..., Hkv, S, Dv) -> (..., H, S, Dv)
 
     H = query.shape[-3]
     sink_column = sinks.to(dtype).view(H, 1, 1).expand(*scores.shape[:-1], 1)  # (..., H, L, 1)

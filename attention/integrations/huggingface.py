@@ -59,6 +59,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention import efficient, functional
+from attention.softcap import softcap_score_mod
 
 __all__ = ["attention_forward", "register"]
 
@@ -288,13 +289,14 @@ def attention_forward(
 
 
 def _softcap_mod(softcap: float, keys: int) -> Callable[..., Tensor]:
-    """Gemma 2's soft-capping of the scaled scores, ``c tanh(s / c)``, as a ``score_mod``.
+    """Gemma 2's soft-capping (`attention.softcap_score_mod`) of the first ``keys`` columns.
 
-    Only the first ``keys`` columns are capped: a sink column after them keeps its logit.
+    A sink column after them keeps its logit.
     """
+    cap = softcap_score_mod(softcap)
 
     def score_mod(s: Tensor, b: Tensor, h: Tensor, q: Tensor, k: Tensor) -> Tensor:
-        return torch.where(k < keys, softcap * torch.tanh(s / softcap), s)
+        return torch.where(k < keys, cap(s, b, h, q, k), s)
 
     return score_mod
 
