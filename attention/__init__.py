@@ -3,6 +3,8 @@
 The public API is re-exported here; each concept lives in its own module.
 """
 
+from importlib import metadata as _metadata
+
 from attention import distributed as distributed  # a namespace: needs a process group
 from attention import examples as examples  # a namespace: worked examples for the pages
 from attention import numpy_reference as numpy_reference  # a namespace, see its docstring
@@ -111,4 +113,8 @@ __all__ = [
     "strided_layout",
 ]
 
-__version__ = "0.1.0"
+# The version's one home is git (setuptools-scm, at build); the installed metadata holds it.
+try:
+    __version__ = _metadata.version("attention-by-running")
+except _metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
+    __version__ = "0+unknown"

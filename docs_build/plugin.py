@@ -6,17 +6,22 @@ generator (Zensical reads ``mkdocs.yml``, and Material for MkDocs reaches end of
 May 2027) means rewriting this file. The events, in the order MkDocs fires them:
 
 ==================  ====================================================================
-``on_config``       no repository, no "edit this page" link; start KaTeX's renderer
+``on_config``       no repository, no "edit this page" link; start KaTeX's renderer;
+                    start building the package's wheel and sdist (:mod:`~docs_build.dist`)
 ``on_files``        start executing the tutorials (cache first); each ``.py`` becomes a
-                    page; the head view's viewer is served from the package
+                    page; the head view's viewer is served from the package; the
+                    changelog page from ``CHANGELOG.md``
 ``on_nav``          keep the navigation for ``llms.txt``
 ``on_page_markdown``  a tutorial's Markdown is its executed notebook, its links checked;
-                    every executed block of a page starts from a fresh state
+                    every executed block of a page starts from a fresh state; each
+                    ``install`` block becomes the ``pip install`` line of the built wheel
+``on_env``          the footer says what the code ran with (package, torch, Python)
 ``on_page_content`` first: figures to files; late: the page's description, then its
                     formulas rendered (:data:`PAGE_CONTENT_LATE`)
 ``on_page_context`` around Material's search plugin: code reduced to text, then restored
 ``on_post_page``    :data:`POST_PAGE_STEPS`, in that order
-``on_post_build``   tutorials' downloads, ``llms.txt``, files no reader is sent removed
+``on_post_build``   tutorials' downloads, ``llms.txt``, the distributions in ``dist/``,
+                    files no reader is sent removed
 ==================  ====================================================================
 
 Every step raises :class:`docs_build.BuildError` for a problem the author must fix;
@@ -29,7 +34,9 @@ import concurrent.futures
 import functools
 import logging
 import os
+import platform
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +54,7 @@ from docs_build import (
     LOGGER,
     BuildError,
     accessibility,
+    dist,
     figures,
     kernel_state,
     lightbox,
@@ -77,6 +85,9 @@ TUTORIAL_PATTERN = "tutorials/[0-9][0-9]_*.py"
 # the pages it saves); the site serves the same files beside the explorers.
 HEAD_VIEW_FILES = ("head_view.js", "head_view.css")
 SLOW_PAGE_SECONDS = 2.0
+# The changelog's one home is the repository's CHANGELOG.md; the site shows it as a page
+# (the package's metadata links to it).
+CHANGELOG = "CHANGELOG.md"
 
 T = TypeVar("T")
 
@@ -129,6 +140,8 @@ class SitePlugin(BasePlugin):  # type: ignore[type-arg]  # no options
         self.descriptions: dict[str, str] = {}  # page URL -> its line in llms.txt
         self.code_insides: dict[str, list[str]] = {}  # page URL -> its <pre>s' insides
         self.render_started: dict[str, float] = {}
+        self.dist_folder: Path | None = None
+        self.dist_build: concurrent.futures.Future[dist.Distributions] | None = None
 
     # --- configuration and files ----------------------------------------------------
 
@@ -142,7 +155,26 @@ class SitePlugin(BasePlugin):  # type: ignore[type-arg]  # no options
         if self.typesetter is not None:  # a `mkdocs serve` build that ended abnormally
             self.typesetter.renderer.close()
         self.typesetter = math.Typesetter(Path(config.docs_dir) / math.KATEX_JS)
+        # The wheel and sdist build (a few seconds) while the tutorials start; the first
+        # page with an install line waits for the file name.
+        self._discard_distributions()
+        self.dist_folder = Path(tempfile.mkdtemp(prefix="attention-dist-"))
+        builder = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dist")
+        self.dist_build = builder.submit(dist.build, self.dist_folder / "out")
+        builder.shutdown(wait=False)
         return config
+
+    def _distributions(self) -> dist.Distributions:
+        assert self.dist_build is not None, "on_config starts the build"
+        return self.dist_build.result()
+
+    def _discard_distributions(self) -> None:
+        if self.dist_build is not None:
+            concurrent.futures.wait([self.dist_build])
+            self.dist_build = None
+        if self.dist_folder is not None:
+            shutil.rmtree(self.dist_folder, ignore_errors=True)
+            self.dist_folder = None
 
     @_reported
     def on_files(self, files: Files, config: MkDocsConfig) -> Files:
@@ -176,6 +208,8 @@ class SitePlugin(BasePlugin):  # type: ignore[type-arg]  # no options
             files.append(
                 File.generated(config, f"assets/explorers/{name}", abs_src_path=str(package_file))
             )
+        changelog = Path(config.config_file_path).parent / CHANGELOG
+        files.append(File.generated(config, "changelog.md", abs_src_path=str(changelog)))
         return files
 
     def on_nav(self, nav: Navigation, config: MkDocsConfig, files: Files) -> Navigation:
@@ -211,15 +245,30 @@ class SitePlugin(BasePlugin):  # type: ignore[type-arg]  # no options
             log.warning("%s: link %s leads to no page", page.file.src_uri, link)
         return markdown
 
-    def _fresh_state(self, markdown: str, page: Page, **kwargs: Any) -> str:
+    @_reported
+    def _fresh_state(self, markdown: str, page: Page, config: MkDocsConfig, **kwargs: Any) -> str:
         if page.file.src_uri not in self.runs:
             markdown = pages.from_a_fresh_state(markdown)
+        if "```install" in markdown or "```dist-files" in markdown:
+            markdown = dist.install_blocks(markdown, config.site_url or "/", self._distributions())
         # The blocks markdown-exec runs are most of a cold build after the tutorials;
         # the log says which pages they cost.
         self.render_started[page.file.src_uri] = time.perf_counter()
         return markdown
 
     on_page_markdown = CombinedEvent(_tutorial_markdown, _fresh_state)
+
+    @_reported
+    def on_env(self, env: Any, config: MkDocsConfig, files: Files) -> Any:
+        """Every page's footer: the package version and the torch version its code ran
+        with (the build's own, which also executed the tutorials: their cache key holds
+        the package's files and torch's version)."""
+        import torch
+
+        config.copyright = dist.executed_with(
+            self._distributions().version, torch.__version__, platform.python_version()
+        )
+        return env
 
     # First among the plugins: image zoom (glightbox) and the search index read the
     # page's HTML in this same event and must see files, not megabytes of data: URIs.
@@ -285,6 +334,7 @@ class SitePlugin(BasePlugin):  # type: ignore[type-arg]  # no options
 
     # --- the end of the build --------------------------------------------------------
 
+    @_reported
     def on_post_build(self, config: MkDocsConfig) -> None:
         """Offer each tutorial's source and executed notebook next to its page, write
         ``llms.txt``, and drop what no reader will ever be sent.
@@ -307,18 +357,32 @@ class SitePlugin(BasePlugin):  # type: ignore[type-arg]  # no options
             folder = site / "tutorials" / stem
             folder.mkdir(parents=True, exist_ok=True)
             (folder / run.source.name).write_bytes(run.source.read_bytes())
-            notebook = tutorials.for_download(run.notebook, config.repo_url)
+            notebook = tutorials.for_download(
+                run.notebook, config.site_url or "/", self._distributions(), run.source
+            )
             nbformat.write(notebook, folder / f"{stem}.ipynb")
         assert self.nav is not None, "on_nav runs before on_post_build"
         text = llms.llms_txt(
             config.site_name, config.site_description, config.site_url, self._llms_sections()
         )
         (site / "llms.txt").write_text(text, encoding="utf-8")
+        self._publish_distributions(site / dist.FOLDER)
+
+    def _publish_distributions(self, folder: Path) -> None:
+        """The wheel and sdist into ``dist/``, alone: an earlier build's files are removed
+        first, so an older version is never offered beside the current one."""
+        built = self._distributions()
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        for path in (built.wheel, built.sdist):
+            shutil.copy2(path, folder / path.name)
+        self._discard_distributions()
 
     def on_build_error(self, error: Exception) -> None:
         if self.typesetter is not None:
             self.typesetter.renderer.close()
             self.typesetter = None
+        self._discard_distributions()
 
     def _llms_sections(self) -> list[tuple[str, list[llms.Entry]]]:
         """The navigation as llms.txt's sections: pages outside a section first, as

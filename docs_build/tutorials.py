@@ -56,7 +56,7 @@ from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 from nbformat import NotebookNode
 
-from docs_build import BuildError
+from docs_build import BuildError, dist
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -125,6 +125,16 @@ class Executed:
 KEY_ENVIRONMENT = ("ATTENTION_SEED", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS")
 
 
+def package_files() -> list[Path]:
+    """Every file the package ships, not only its modules: a tutorial's output can inline
+    package data (the head view's ``head_view.js`` and ``head_view.css``)."""
+    return sorted(
+        path
+        for path in PACKAGE.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
+    )
+
+
 def cache_key(source: Path) -> str:
     """Hash of everything an executed tutorial depends on: itself, the package, the
     kernel's setup, the figure rendering, the versions of torch, NumPy and matplotlib,
@@ -143,7 +153,7 @@ def cache_key(source: Path) -> str:
         source.resolve(),
         HERE / "figures.py",
         HERE / "kernel_state.py",
-        *sorted(PACKAGE.rglob("*.py")),
+        *package_files(),
     ]
     for path in inputs:
         digest.update(path.relative_to(ROOT).as_posix().encode())
@@ -326,27 +336,47 @@ def execute_all(
     return [future.result() for future in start_all(sources, cache_dir, workers)]
 
 
-def install_cell(repo_url: str) -> NotebookNode:
-    """A first cell that installs the package where it is missing (Colab, a fresh venv)."""
+def install_cell(line: str, version: str) -> NotebookNode:
+    """A first cell that installs the package this notebook was executed with, wherever
+    another version or none is installed (Colab, a fresh venv); elsewhere it does nothing.
+    """
     return nbformat.v4.new_code_cell(
-        "# Running this notebook outside the project (on Colab, say)? This installs the\n"
-        "# `attention` package from its repository first; elsewhere it does nothing.\n"
-        "import importlib.util\n\n"
-        'if importlib.util.find_spec("attention") is None:\n'
-        f'    %pip install --quiet "attention-by-running @ git+{repo_url.rstrip("/")}"'
+        "# Running this notebook outside the site's build (on Colab, in a fresh venv)? This\n"
+        f"# installs attention-by-running {version}, the version this notebook was executed\n"
+        "# with, from the site; where that version is installed, it does nothing.\n"
+        "from importlib import metadata\n\n"
+        "try:\n"
+        '    installed = metadata.version("attention-by-running")\n'
+        "except metadata.PackageNotFoundError:\n"
+        "    installed = None\n"
+        f"if installed != {version!r}:\n"
+        f"    %{line}"
     )
 
 
-def for_download(notebook: NotebookNode, repo_url: str | None = None) -> NotebookNode:
+# A tutorial that imports Transformers needs the package's `hf` extra.
+_NEEDS_HF = re.compile(r"^\s*(?:import|from)\s+transformers\b", re.MULTILINE)
+
+
+def for_download(
+    notebook: NotebookNode,
+    site_url: str | None = None,
+    distributions: dist.Distributions | None = None,
+    source: Path | None = None,
+) -> NotebookNode:
     """The notebook readers download: outputs kept, the site-only dark renders dropped,
-    and (when the repository is known) a first cell that installs the package.
+    and (given the site's distributions) a first cell that installs the wheel the site
+    offers, with the ``hf`` extra where the tutorial imports Transformers.
     """
     copy = nbformat.from_dict(json.loads(json.dumps(notebook)))
     for cell in copy.cells:
         for output in cell.get("outputs", []):
             output.get("data", {}).pop(DARK_SVG, None)
-    if repo_url:
-        copy.cells.insert(0, install_cell(repo_url))
+    if site_url is not None and distributions is not None:
+        text = source.read_text(encoding="utf-8") if source is not None else ""
+        extras = frozenset({"hf"}) if _NEEDS_HF.search(text) else frozenset()
+        line = dist.install_line(site_url, distributions.wheel.name, extras)
+        copy.cells.insert(0, install_cell(line, distributions.version))
     # nbformat 4.5 wants a unique id per cell; give them stable ones (clean diffs).
     for index, cell in enumerate(copy.cells):
         cell["id"] = f"cell-{index}"

@@ -101,9 +101,18 @@ def test_every_public_module_has_a_docstring(module):
     assert inspect.getdoc(module)
 
 
-def test_version_matches_the_distribution_metadata():
-    pyproject = (ROOT / "pyproject.toml").read_text()
-    assert f'version = "{attention.__version__}"' in pyproject
+def test_the_version_has_one_home():
+    """Git, through setuptools-scm at build: pyproject.toml declares it dynamic, the
+    package reads it from its installed metadata, and neither writes a number."""
+    import importlib.metadata
+
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert "version" not in project and "version" in project["dynamic"]
+    assert attention.__version__ == importlib.metadata.version("attention-by-running")
+    source = (ROOT / "attention" / "__init__.py").read_text()
+    assert not re.search(r'__version__ = "\d+\.', source), "a version number written by hand"
 
 
 def test_docstrings_parse_as_mkdocstrings_renders_them(caplog):

@@ -27,7 +27,7 @@ PARALLEL_SIZES = [64, 512]  # two ranks: shards of 32 and 256 positions
 
 @pytest.fixture(scope="module")
 def bench():
-    import attention_bench  # installed with the package (pyproject.toml)
+    import attention_bench  # a distribution of its own (benchmarks/pyproject.toml)
 
     return attention_bench
 

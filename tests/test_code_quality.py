@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
 
 
@@ -26,17 +28,24 @@ def test_mypy_strict_passes_on_the_package():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_every_package_folder_is_installed() -> None:
+@pytest.mark.parametrize(
+    ("project", "top"),
+    [(".", "attention"), ("docs_build", "docs_build"), ("benchmarks", "attention_bench")],
+)
+def test_every_package_folder_is_installed(project: str, top: str) -> None:
     """setuptools installs the packages it is told of, not their subfolders: a wheel
-    without `attention.distributed` imports fine from a checkout and fails elsewhere."""
+    without `attention.distributed` imports fine from a checkout and fails elsewhere.
+    The reader's distribution (the root) lists the package alone; the site's build and
+    the benchmark are distributions of their own."""
     import tomllib
 
-    listed = set(
-        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
-    )
+    config = tomllib.loads((ROOT / project / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    where = ROOT / project / config.get("package-dir", {}).get(top, top)
     folders = {
-        ".".join(init.parent.relative_to(ROOT).parts)
-        for root in ("attention", "docs_build")
-        for init in (ROOT / root).rglob("__init__.py")
+        ".".join((top, *init.parent.relative_to(where).parts))
+        for init in where.rglob("__init__.py")
+        if "build" not in init.relative_to(where).parts  # setuptools' own scratch folder
     }
-    assert folders <= listed, f"not installed: {sorted(folders - listed)}"
+    assert folders and folders <= listed, f"not installed: {sorted(folders - listed)}"
+    assert all(name.split(".")[0] == top for name in listed), listed

@@ -20,6 +20,9 @@ import pytest
 from tests.conftest import BUILD, ROOT
 from tests.docs._walk import SiteWalk, walk_site
 
+# The repository the test build names (the Pages workflow passes the real one).
+TEST_REPO_URL = "https://github.com/example/attention-by-running"
+
 
 @pytest.fixture(scope="session")
 def built_site() -> Path:
@@ -46,7 +49,7 @@ def built_site() -> Path:
     env["PYTHONWARNINGS"] = "default"
     # The Pages workflow passes the real repository; the tests need one to check the
     # repository, "edit this page" and Colab links against.
-    env.setdefault("REPO_URL", "https://github.com/example/attention-by-running")
+    env.setdefault("REPO_URL", TEST_REPO_URL)
     start = time.perf_counter()
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
