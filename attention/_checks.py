@@ -742,3 +742,31 @@ def _check_mod_output(name: str, expected: str, result: object, shape: torch.Siz
             f"got {shape_str(result)}"
         )
     return result
+
+
+def check_cap(cap: object) -> float:
+    """Require a soft-capping cap: a finite number above 0 (a bool is not one)."""
+    if isinstance(cap, bool) or not isinstance(cap, Real):
+        raise TypeError(f"cap must be a positive number; got {type(cap).__name__}")
+    if not 0 < float(cap) < math.inf:
+        raise ValueError(f"cap must be a finite number above 0; got {cap!r}")
+    return float(cap)
+
+
+def check_sinks(sinks: object, query: Tensor) -> Tensor:
+    """Require one finite sink logit per query head, ``(H,)``, for a ``(..., H, L, D)`` query."""
+    sinks = check_tensor("sinks", sinks, min_ndim=1)
+    if query.ndim < 3:
+        raise ValueError(
+            f"query must be (..., H, L, D) with a head axis for sink_attention; got "
+            f"{shape_str(query)}"
+        )
+    H = query.shape[-3]
+    if sinks.shape != (H,):
+        raise ValueError(
+            f"sinks must have shape ({H},), one logit per query head of query "
+            f"{shape_str(query)}; got {shape_str(sinks)}"
+        )
+    if not torch.isfinite(sinks).all():
+        raise ValueError("sinks must be finite: a sink of -inf is no sink, +inf takes all")
+    return sinks

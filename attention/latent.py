@@ -331,9 +331,11 @@ class MultiHeadLatentAttention(nn.Module):
     in Transformers; the up-projections never have one (they are the ones absorbed).
 
     The softmax scale is $1/\sqrt{D_n + D_r}$, multiplied, as in Transformers, by
-    $(0.1\, m_\text{all} \ln s + 1)^2$ when ``rope_scaling`` is a YaRN rule with
-    ``mscale_all_dim`` $m_\text{all}$ and ``factor`` $s > 1$ (DeepSeek-V3's long
-    context); RoPE itself then scales $q^R$ and $k^R$ by YaRN's attention factor, as
+    $(0.1\, m_\text{all} \ln \gamma + 1)^2$ when ``rope_scaling`` is a YaRN rule with
+    ``mscale_all_dim`` $m_\text{all}$ and ``factor`` $\gamma > 1$ (DeepSeek-V3's long
+    context; $\gamma$ is the context-extension factor of
+    [RoPE, derived](../concepts/rope.md#stretching-the-context)); RoPE itself then
+    scales $q^R$ and $k^R$ by YaRN's attention factor, as
     [`apply_rotary`][attention.positional.apply_rotary] does.
 
     Args:
@@ -380,7 +382,7 @@ class MultiHeadLatentAttention(nn.Module):
         >>> torch.allclose(mla(x, absorbed=True), out, atol=1e-6)
         True
         >>> # Decoding token by token with a cache gives the same outputs, and the
-        >>> # cache holds d_c + D_r = 20 numbers per token, not H (D_n + D_v) = 42.
+        >>> # cache holds d_c + D_r = 20 numbers per token.
         >>> cache = LatentCache()
         >>> steps = [mla(x[:, :3], cache=cache)]  # prefill 3 tokens
         >>> steps += [mla(x[:, t : t + 1], cache=cache) for t in (3, 4)]
@@ -388,6 +390,10 @@ class MultiHeadLatentAttention(nn.Module):
         True
         >>> len(cache), cache.numbers_per_token
         (5, 20)
+        >>> # A per-head cache of the keys and values it expands to: H (D_n + D_r + D_v)
+        >>> from attention import kv_cache_numbers_per_token
+        >>> kv_cache_numbers_per_token(num_kv_heads=3, head_dim=8 + 4, value_head_dim=6)
+        54
     """
 
     def __init__(

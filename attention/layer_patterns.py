@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from attention._checks import check_size
+from attention._checks import check_flag, check_size
 
 __all__ = ["interleaved_layer_types", "kv_cache_positions"]
 
@@ -29,38 +29,51 @@ SLIDING = "sliding_attention"
 FULL = "full_attention"
 
 
-def interleaved_layer_types(num_layers: int, *, global_every: int | None) -> list[str]:
+def interleaved_layer_types(
+    num_layers: int, *, global_every: int | None, global_first: bool = False
+) -> list[str]:
     r"""Each layer's attention, ``"sliding_attention"`` or ``"full_attention"``.
 
-    Layer $i$ (counted from 0) is global when $(i + 1)$ is a multiple of
-    ``global_every``, so the last layer of each group of ``global_every`` is the global
-    one: the rule of Transformers' Gemma 2 (``global_every=2``), gpt-oss (2), Cohere 2
-    (4) and Gemma 3 (6) configurations, whose ``layer_types`` this equals.
+    The layers form groups of ``global_every``, one of them global. By default the
+    global layer closes its group: layer $i$ (counted from 0) is global when $(i + 1)$
+    is a multiple of ``global_every``, the rule of Transformers' Gemma 2
+    (``global_every=2``), gpt-oss (2), Cohere 2 (4) and Gemma 3 (6) configurations,
+    whose ``layer_types`` this equals. With ``global_first=True`` it opens its group:
+    layer $i$ is global when $i$ is a multiple of ``global_every``, the order of
+    Ministral 8B (one global layer, then three local ones: ``global_every=4``) and of
+    Transformers' ModernBERT (3) and CWM (4) configurations.
 
     Args:
         num_layers: Number of layers, $\ge 0$.
         global_every: One global layer every this many layers, $\ge 1$ (1: every layer
             is global). ``None``: no global layer, every layer has a window (Mistral 7B).
+        global_first: Whether the global layer is the first of its group rather than
+            the last.
 
     Returns:
         A list of ``num_layers`` strings, as in ``config.layer_types``.
 
     Raises:
-        TypeError: If an argument is not an int (or ``None`` for ``global_every``).
+        TypeError: If a size is not an int (or ``None`` for ``global_every``), or
+            ``global_first`` is not a bool.
         ValueError: If ``num_layers < 0`` or ``global_every < 1``.
 
     Examples:
         >>> from attention import interleaved_layer_types
         >>> [t[0] for t in interleaved_layer_types(12, global_every=6)]  # Gemma 3
         ['s', 's', 's', 's', 's', 'f', 's', 's', 's', 's', 's', 'f']
+        >>> [t[0] for t in interleaved_layer_types(8, global_every=4, global_first=True)]
+        ['f', 's', 's', 's', 'f', 's', 's', 's']
         >>> interleaved_layer_types(2, global_every=None)  # Mistral 7B
         ['sliding_attention', 'sliding_attention']
     """
     num_layers = check_size("num_layers", num_layers)
+    global_first = check_flag("global_first", global_first)
     if global_every is None:
         return [SLIDING] * num_layers
     global_every = check_size("global_every", global_every, minimum=1)
-    return [FULL if (i + 1) % global_every == 0 else SLIDING for i in range(num_layers)]
+    shift = 0 if global_first else 1  # the global layer opens or closes its group
+    return [FULL if (i + shift) % global_every == 0 else SLIDING for i in range(num_layers)]
 
 
 def kv_cache_positions(layer_types: Sequence[str], *, window: int, length: int) -> int:

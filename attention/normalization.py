@@ -21,14 +21,23 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attention._checks import check_tensor, shape_str
+from attention._checks import check_choice, check_tensor, shape_str
 from attention._kernels import working_dtype
 
 __all__ = ["rms_norm"]
 
+# The two orders of the last steps (see rms_norm).
+CAST_THEN_MULTIPLY = "cast_then_multiply"
+MULTIPLY_THEN_CAST = "multiply_then_cast"
+
 
 def rms_norm(
-    x: Tensor, weight: Tensor | None = None, *, eps: float = 1e-6, offset: float = 0.0
+    x: Tensor,
+    weight: Tensor | None = None,
+    *,
+    eps: float = 1e-6,
+    offset: float = 0.0,
+    order: str | None = None,
 ) -> Tensor:
     r"""RMSNorm over the last dimension, with a gain of ``offset + weight``.
 
@@ -41,11 +50,20 @@ def rms_norm(
     Two conventions for the gain are in use, and ``offset`` chooses between them:
 
     - ``offset=0.0``: the gain is ``weight`` itself, initialised to ones (Llama, Qwen 3,
-      OLMo 2, DeepSeek). The normalised vector is cast back to the input's dtype, then
-      multiplied by ``weight``, in that order, as Transformers' ``LlamaRMSNorm`` does.
+      OLMo 2, DeepSeek).
     - ``offset=1.0``: the gain is ``1 + weight``, with ``weight`` initialised to zeros
-      (Gemma). The product is taken in the working dtype, then cast back, as
-      Transformers' ``Gemma3RMSNorm`` does.
+      (Gemma).
+
+    And two orders of the last steps, which ``order`` chooses between. They give the
+    same bits in float32 and float64, but not in float16 or bfloat16, where the cast
+    rounds either the normalised vector or the product:
+
+    - ``"cast_then_multiply"``: the normalised vector is cast back to the input's
+      dtype, then multiplied by ``weight``, as Transformers' ``LlamaRMSNorm`` and
+      ``Qwen3RMSNorm`` do. The default for ``offset=0.0``.
+    - ``"multiply_then_cast"``: the product with the gain is taken in the working
+      dtype, then cast back, as Transformers' ``Gemma3RMSNorm`` (the default for
+      ``offset=1.0``) and ``Olmo2RMSNorm`` do: pass it for OLMo 2.
 
     For QK-norm, pass a query or key of shape ``(..., H, L, D)`` or ``(..., L, H, D)``
     and a ``weight`` of shape ``(D,)``: one gain shared by all heads.
@@ -55,6 +73,9 @@ def rms_norm(
         weight: The gain, shape ``(D,)``; ``None`` for no gain (a gain of ones).
         eps: Added to the mean square before the square root; at least 0.
         offset: Added to ``weight`` to form the gain: 0.0 or 1.0 in current models.
+        order: ``"cast_then_multiply"`` or ``"multiply_then_cast"``; ``None`` for the
+            order of ``offset``'s convention (the first for 0.0, the second
+            otherwise).
 
     Returns:
         Tensor of the shape and dtype of ``x``, each last-dimension vector with
@@ -62,7 +83,8 @@ def rms_norm(
 
     Raises:
         TypeError: If ``x`` or ``weight`` is not a floating-point tensor.
-        ValueError: If ``weight`` is not of shape ``(D,)``, or ``eps`` is negative.
+        ValueError: If ``weight`` is not of shape ``(D,)``, ``eps`` is negative, or
+            ``order`` is not one of the two orders.
 
     Examples:
         >>> import torch
@@ -77,12 +99,22 @@ def rms_norm(
         >>> rms_norm(x, torch.zeros(2), eps=0.0, offset=1.0)  # Gemma: gain 1 + 0
         tensor([[ 0.8485,  1.1314],
                 [ 1.0000, -1.0000]])
+        >>> # In bfloat16 the order shows: OLMo 2 rounds once, Llama twice.
+        >>> xb = torch.tensor([[1.0, 2.0]], dtype=torch.bfloat16)
+        >>> wb = torch.full((2,), 0.9, dtype=torch.bfloat16)
+        >>> rms_norm(xb, wb, eps=0.0, order="multiply_then_cast")  # OLMo 2
+        tensor([[0.5664, 1.1328]], dtype=torch.bfloat16)
+        >>> rms_norm(xb, wb, eps=0.0)  # cast_then_multiply: Llama, Qwen 3
+        tensor([[0.5703, 1.1406]], dtype=torch.bfloat16)
     """
     x = check_tensor("x", x, min_ndim=1)
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
         raise ValueError(f"eps must be a number >= 0; got {eps!r}")
     if isinstance(offset, bool) or not isinstance(offset, (int, float)):
         raise TypeError(f"offset must be a float; got {type(offset).__name__}")
+    if order is None:
+        order = MULTIPLY_THEN_CAST if offset else CAST_THEN_MULTIPLY
+    check_choice("order", order, (CAST_THEN_MULTIPLY, MULTIPLY_THEN_CAST))
     if weight is not None:
         weight = check_tensor("weight", weight, min_ndim=1)
         if weight.shape != x.shape[-1:]:
@@ -95,6 +127,7 @@ def rms_norm(
     normed = xw * torch.rsqrt(xw.pow(2).mean(-1, keepdim=True) + eps)
     if weight is None:
         return normed.to(x.dtype)
-    if offset:
+    if order == MULTIPLY_THEN_CAST:
         return (normed * (offset + weight.to(dtype))).to(x.dtype)
-    return weight * normed.to(x.dtype)
+    gain = offset + weight if offset else weight  # 0 + weight would turn -0.0 into 0.0
+    return gain * normed.to(x.dtype)

@@ -57,8 +57,9 @@ References:
       variant is by emozilla), summarised with YaRN in Peng et al., "YaRN: Efficient
       Context Window Extension of Large Language Models", 2023.
       [arXiv:2309.00071](https://arxiv.org/abs/2309.00071)
-    - Llama Team, "The Llama 3 Herd of Models", 2024.
-      [arXiv:2407.21783](https://arxiv.org/abs/2407.21783)
+    - Meta, ``llama-models``, ``models/llama3/model.py``, ``apply_scaling`` (the
+      ``"llama3"`` rule of Llama 3.1).
+      [github.com/meta-llama/llama-models](https://github.com/meta-llama/llama-models/blob/main/models/llama3/model.py)
     - Ding et al., "LongRoPE: Extending LLM Context Window Beyond 2 Million Tokens",
       2024. [arXiv:2402.13753](https://arxiv.org/abs/2402.13753)
     - Press, Smith and Lewis, "Train Short, Test Long: Attention with Linear Biases
@@ -443,45 +444,49 @@ def rope_frequencies(
     A model trained on $L_0$ positions has never seen the angles $p\,\theta_i$ of
     positions $p \ge L_0$ for the slow (long-wavelength) pairs, and degrades beyond
     $L_0$. Each rule below changes the $\theta_i$ so that a longer context of
-    $s \cdot L_0$ positions (``factor`` $s$) maps onto angles the model knows:
+    $\gamma L_0$ positions (``factor`` $\gamma$, the extension factor of
+    [RoPE, derived](../concepts/rope.md#stretching-the-context)) maps onto angles the
+    model knows:
 
     - ``"default"``: no change.
     - ``"linear"``, position interpolation (Chen et al. 2023):
-      $\theta_i' = \theta_i / s$. Position $p$ gets the angle of $p/s$: every
+      $\theta_i' = \theta_i / \gamma$. Position $p$ gets the angle of $p/\gamma$: every
       position is squeezed into the trained range, at the cost of resolution between
       neighbours in the fast pairs.
     - ``"dynamic"``, dynamic NTK-aware scaling (bloc97, emozilla): keep the
       frequencies, change the base,
-      $\text{base}' = \text{base} \cdot (s\,\ell / L_0 - (s - 1))^{D/(D - 2)}$ for the
+      $\text{base}' = \text{base} \cdot (\gamma\,\ell / L_0 - (\gamma - 1))^{D/(D - 2)}$ for the
       current length $\ell = \max(\text{seq\_len}, L_0)$. The fastest pair keeps its
       frequency (and its resolution), the slowest is divided by exactly
-      $\alpha = s\,\ell/L_0 - s + 1$, and at $\ell = L_0$ nothing changes. Frozen at
+      $\alpha = \gamma\,\ell/L_0 - \gamma + 1$, and at $\ell = L_0$ nothing changes. Frozen at
       one length it is the static NTK-aware rule of bloc97's post,
       $\text{base}' = \text{base} \cdot \alpha^{D/(D-2)}$.
     - ``"yarn"``, YaRN (Peng et al. 2023), "NTK-by-parts": pairs that turn many times
       within $L_0$ (more than $\beta_\text{fast}$ rotations, default 32) are kept,
       pairs that turn less than $\beta_\text{slow}$ times (default 1) are interpolated
-      ($\theta_i / s$), and a linear ramp $\gamma_i$ over the pair index mixes the
+      ($\theta_i / \gamma$), and a linear ramp $\rho_i$ over the pair index mixes the
       two in between:
-      $\theta_i' = (1 - \gamma_i)\,\theta_i + \gamma_i\,\theta_i / s$. The ramp runs
+      $\theta_i' = (1 - \rho_i)\,\theta_i + \rho_i\,\theta_i / \gamma$. The ramp runs
       from $i_\text{low}$ to $i_\text{high}$, the (floored and ceiled, unless
       ``truncate=False``) indices where $L_0 / \lambda_i$ equals $\beta_\text{fast}$
       and $\beta_\text{slow}$. Interpolation makes the attention softmax flatter, so
       YaRN also scales the logits: the returned attention factor
-      $\sqrt{1/t} = 0.1 \ln s + 1$ multiplies ``cos`` and ``sin``, hence $q$ and $k$
+      $\sqrt{1/t} = 0.1 \ln \gamma + 1$ multiplies ``cos`` and ``sin``, hence $q$ and $k$
       (DeepSeek's ``mscale`` / ``mscale_all_dim`` give the ratio
-      $(0.1\,m \ln s + 1) / (0.1\,m_\text{all} \ln s + 1)$ instead; an explicit
+      $(0.1\,m \ln \gamma + 1) / (0.1\,m_\text{all} \ln \gamma + 1)$ instead; an explicit
       ``attention_factor`` wins over both).
-    - ``"llama3"``, Llama 3.1 (Llama Team 2024): pairs with a wavelength shorter than
+    - ``"llama3"``, Llama 3.1 (``apply_scaling`` in Meta's
+      [llama-models](https://github.com/meta-llama/llama-models/blob/main/models/llama3/model.py)
+      code; the Llama 3 paper gives only the base): pairs with a wavelength shorter than
       $L_0 / \text{high\_freq\_factor}$ are kept, those longer than
-      $L_0 / \text{low\_freq\_factor}$ are divided by $s$, and in between
-      $\theta_i' = (1 - \mu_i)\,\theta_i / s + \mu_i\,\theta_i$ with the smooth
+      $L_0 / \text{low\_freq\_factor}$ are divided by $\gamma$, and in between
+      $\theta_i' = (1 - \mu_i)\,\theta_i / \gamma + \mu_i\,\theta_i$ with the smooth
       factor $\mu_i = (L_0/\lambda_i - \text{low\_freq\_factor}) /
       (\text{high\_freq\_factor} - \text{low\_freq\_factor})$.
     - ``"longrope"``, LongRoPE (Ding et al. 2024, Phi-3): one searched factor per pair,
       $\theta_i' = \theta_i / r_i$, with $r$ = ``short_factor`` up to $L_0$ and
       ``long_factor`` beyond (``seq_len`` $> L_0$), and the attention factor
-      $\sqrt{1 + \ln s / \ln L_0}$ ($1$ for $s \le 1$). Phi-3 configs leave
+      $\sqrt{1 + \ln \gamma / \ln L_0}$ ($1$ for $\gamma \le 1$). Phi-3 configs leave
       ``factor`` out; it is ``max_position_embeddings / original_max_position_embeddings``.
 
     ``scaling`` is a dict like the ``rope_parameters`` (formerly ``rope_scaling``) of
@@ -528,7 +533,7 @@ def rope_frequencies(
         >>> rope_frequencies(8, base=100.0, scaling={"rope_type": "linear", "factor": 4.0})[0]
         tensor([0.2500, 0.0791, 0.0250, 0.0079], dtype=torch.float64)
 
-        YaRN keeps the fastest pair, divides the slowest by $s = 4$, ramps in between,
+        YaRN keeps the fastest pair, divides the slowest by $\gamma = 4$, ramps in between,
         and scales the logits:
 
         >>> from attention import rope_frequencies

@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attention._checks import check_query_key_value, check_scale, check_tensor, shape_str
+from attention._checks import check_query_key_value, check_scale, check_sinks
 from attention._heads import repeat_heads
 from attention._kernels import default_scale
 from attention.functional import _checked_mask, _masked_scores
@@ -92,7 +92,7 @@ def sink_attention(
         tensor([0., 0.])
     """
     query, key, value = check_query_key_value(query, key, value, enable_gqa)
-    sinks = _check_sinks(sinks, query)
+    sinks = check_sinks(sinks, query)
     mask = _checked_mask(attn_mask, is_causal, query, key, enable_gqa)
     scale = default_scale(query, check_scale(scale))
 
@@ -107,22 +107,3 @@ def sink_attention(
     # The sink is finite, so no row is all -inf: the softmax needs no guard here.
     weights = torch.softmax(logits, dim=-1)[..., :-1]  # drop the sink: rows sum below 1
     return (weights @ value.to(dtype)).to(query.dtype)
-
-
-def _check_sinks(sinks: object, query: Tensor) -> Tensor:
-    """Require one finite logit per query head, ``(H,)``, in the query's dtype family."""
-    sinks = check_tensor("sinks", sinks, min_ndim=1)
-    if query.ndim < 3:
-        raise ValueError(
-            f"query must be (..., H, L, D) with a head axis for sink_attention; got "
-            f"{shape_str(query)}"
-        )
-    H = query.shape[-3]
-    if sinks.shape != (H,):
-        raise ValueError(
-            f"sinks must have shape ({H},), one logit per query head of query "
-            f"{shape_str(query)}; got {shape_str(sinks)}"
-        )
-    if not torch.isfinite(sinks).all():
-        raise ValueError("sinks must be finite: a sink of -inf is no sink, +inf takes all")
-    return sinks

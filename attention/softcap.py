@@ -7,9 +7,10 @@ $$\operatorname{cap}_c(z) = c \tanh(z / c)$$
 
 is the identity near zero (its slope at 0 is 1, and $|\operatorname{cap}_c(z) - z|
 \le |z|^3 / (3c^2)$), is odd and increasing, so it keeps the order of the scores,
-and stays within $(-c, c)$ (in floating point, scores beyond about $19c$ round to
-$\pm c$ itself). Two capped scores differ by less than $2c$, so no weight of
-a row can fall below $e^{-2c}$ times the largest, and no single score can grow without
+and stays within $(-c, c)$. In floating point a capped score rounds to $\pm c$
+itself beyond about $19c$ in float64, $9c$ in float32, $4.5c$ in float16 and $3.5c$
+in bfloat16. Two capped scores differ by at most $2c$, so no weight of a row can fall
+below $e^{-2c}$ times the largest, and no single score can grow without
 bound and saturate the softmax: the failure that large logits cause in training.
 
 In the kernel it is one more elementwise function between the scores and the softmax,
@@ -24,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attention._checks import check_tensor
+from attention._checks import check_cap, check_tensor
 from attention._kernels import ScoreMod
 
 __all__ = ["soft_cap", "softcap_score_mod"]
@@ -55,7 +56,7 @@ def soft_cap(scores: Tensor, cap: float) -> Tensor:
         tensor([ 0.5000,  4.9834, 38.0797, 50.0000])
     """
     scores = check_tensor("scores", scores, min_ndim=0)
-    cap = _check_cap(cap)
+    cap = check_cap(cap)
     return torch.tanh(scores / cap) * cap
 
 
@@ -90,17 +91,9 @@ def softcap_score_mod(cap: float) -> ScoreMod:
         >>> scaled_dot_product_attention(q, k, v, score_mod=softcap_score_mod(2.0))
         tensor([[[[0.8808]]]])
     """
-    cap = _check_cap(cap)
+    cap = check_cap(cap)
 
     def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return torch.tanh(score / cap) * cap
 
     return score_mod
-
-
-def _check_cap(cap: object) -> float:
-    if isinstance(cap, bool) or not isinstance(cap, (int, float)):
-        raise TypeError(f"cap must be a positive number; got {type(cap).__name__}")
-    if not 0 < cap < float("inf"):
-        raise ValueError(f"cap must be a finite number above 0; got {cap!r}")
-    return float(cap)

@@ -152,6 +152,11 @@ class SitePlugin(BasePlugin):  # type: ignore[type-arg]  # no options
         # page whose relative edit_uri has no repository to resolve against.
         if not config.repo_url:
             config.edit_uri = None
+        # Kineto, torch.profiler's backend, writes two lines to stderr at every profile's
+        # start and stop (its levels: 0 verbose to 5 those marks), dozens per build from
+        # the pages that profile. It reads the level once, at the first profile: set here,
+        # before any page runs and before the tutorials' kernels inherit the environment.
+        os.environ.setdefault("KINETO_LOG_LEVEL", "6")
         if self.typesetter is not None:  # a `mkdocs serve` build that ended abnormally
             self.typesetter.renderer.close()
         self.typesetter = math.Typesetter(Path(config.docs_dir) / math.KATEX_JS)

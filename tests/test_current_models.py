@@ -3,8 +3,9 @@
 - soft-capping: Gemma 2's eager attention;
 - the learned sink logit: gpt-oss's eager attention; StreamingLLM's sink tokens: a mask;
 - RMSNorm and QK-norm: Qwen 3's and Gemma 3's norms, and a whole Qwen 3 attention layer;
-- interleaved local and global layers: the ``layer_types`` of Gemma 2, Gemma 3, Cohere 2,
-  gpt-oss and Ministral, and the KV cache Transformers keeps for them.
+- interleaved local and global layers: the ``layer_types`` of Gemma 2, Gemma 3, Cohere 2
+  and gpt-oss (global layer last), CWM and ModernBERT (global layer first) and Ministral
+  (every layer local, its config's default), and the KV cache Transformers keeps for them.
 
 Sizes are tiny and pairwise distinct (B=2, H=4, Hkv=2, L=5, S=7, D=6); nothing is
 downloaded.
@@ -88,6 +89,25 @@ def test_soft_cap_bounds_the_scores_and_keeps_small_ones() -> None:
     small = torch.linspace(-1, 1, 101, dtype=torch.float64)
     # |cap(s) - s| <= |s|^3 / (3 c^2), the first term of tanh's series
     assert ((soft_cap(small, 50.0) - small).abs() <= small.abs() ** 3 / (3 * 50.0**2)).all()
+
+
+@pytest.mark.parametrize(
+    ("dtype", "multiple"),
+    [(torch.float64, 19.0), (torch.float32, 9.0), (torch.float16, 4.5), (torch.bfloat16, 3.5)],
+)
+def test_soft_cap_reaches_the_cap_where_the_docstring_says(
+    dtype: torch.dtype, multiple: float
+) -> None:
+    # The module's docstring: a capped score rounds to c itself beyond about 19c in
+    # float64, 9c in float32, 4.5c in float16 and 3.5c in bfloat16 (measured 19.06,
+    # 9.01, 4.51, 3.47-3.48 for c = 5, 30, 50).
+    for cap in (5.0, 30.0, 50.0):
+        ratio = torch.linspace(0, 25, 250_001, dtype=torch.float64)
+        scores = (ratio * cap).to(dtype)
+        at_cap = soft_cap(scores, cap) == cap
+        first = scores[at_cap.nonzero().min()].double().item() / cap
+        assert bool(at_cap[at_cap.nonzero().min() :].all())  # and stays there
+        assert abs(first - multiple) < 0.03 * multiple, (cap, first)
 
 
 @pytest.mark.parametrize("cap", [0.0, -1.0, float("inf"), float("nan"), True, "5"])
@@ -183,6 +203,24 @@ def test_rms_norm_equals_transformers_norms_bit_for_bit(dtype: torch.dtype) -> N
         assert torch.equal(rms_norm(x, weight, eps=1e-6, offset=1.0), gemma(x))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_rms_norm_in_olmo2s_order_equals_olmo2_bit_for_bit(dtype: torch.dtype) -> None:
+    """OLMo 2 multiplies by the gain in float32, then casts: its own order."""
+    from transformers.models.olmo2.modeling_olmo2 import Olmo2RMSNorm
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(B, L, H * D, generator=g).to(dtype)  # the whole projection, all heads
+    weight = torch.randn(H * D, generator=g).to(dtype)
+    olmo2 = Olmo2RMSNorm(H * D, eps=1e-6).to(dtype)
+    olmo2.weight.data = weight.clone()
+    with torch.no_grad():
+        expected = olmo2(x)
+    assert torch.equal(rms_norm(x, weight, eps=1e-6, order="multiply_then_cast"), expected)
+    llama_order = rms_norm(x, weight, eps=1e-6)
+    # The orders agree to the bit in float32 only: the choice matters in half precision.
+    assert torch.equal(llama_order, expected) == (dtype == torch.float32)
+
+
 def test_qk_norm_reproduces_a_qwen3_attention_layer() -> None:
     """Qwen 3's attention from the package's parts: RMSNorm per head, RoPE, GQA, causal."""
     from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention, Qwen3RotaryEmbedding
@@ -232,6 +270,7 @@ def test_qk_norm_keeps_scores_bounded_when_the_weights_grow() -> None:
         ({"weight": torch.ones(5)}, ValueError, r"weight must have shape \(6,\).*got \(5,\)"),
         ({"eps": -1.0}, ValueError, "eps"),
         ({"offset": "1"}, TypeError, "offset"),
+        ({"order": "olmo2"}, ValueError, r"order must be one of \('cast_then_multiply', "),
     ],
 )
 def test_bad_rms_norm_arguments_are_refused(kwargs: dict, error: type, match: str) -> None:
@@ -243,20 +282,36 @@ def test_bad_rms_norm_arguments_are_refused(kwargs: dict, error: type, match: st
 
 
 @pytest.mark.parametrize(
-    ("config", "global_every"),
+    ("config", "global_every", "global_first"),
     [
-        ("Gemma2Config", 2),
-        ("GptOssConfig", 2),
-        ("Cohere2Config", 4),
-        ("Gemma3TextConfig", 6),
-        ("MinistralConfig", None),
+        ("Gemma2Config", 2, False),
+        ("GptOssConfig", 2, False),
+        ("Cohere2Config", 4, False),
+        ("Gemma3TextConfig", 6, False),
+        # Ministral 8B's own order, one global layer then three local ones (Transformers'
+        # model page), is not what MinistralConfig() defaults to (every layer local):
+        # CWM's config writes that order, and ModernBERT's the same with groups of 3.
+        ("MinistralConfig", None, False),
+        ("CwmConfig", 4, True),
+        ("ModernBertConfig", 3, True),
     ],
 )
 def test_layer_types_equal_the_configs_of_transformers(
-    config: str, global_every: int | None
+    config: str, global_every: int | None, global_first: bool
 ) -> None:
     layer_types = getattr(transformers, config)(num_hidden_layers=13).layer_types
-    assert interleaved_layer_types(13, global_every=global_every) == layer_types
+    ours = interleaved_layer_types(13, global_every=global_every, global_first=global_first)
+    assert ours == layer_types
+
+
+def test_global_first_follows_modernberts_group_size() -> None:
+    for every in (2, 4, 5):
+        config = transformers.ModernBertConfig(
+            num_hidden_layers=11, global_attn_every_n_layers=every
+        )
+        assert interleaved_layer_types(11, global_every=every, global_first=True) == (
+            config.layer_types
+        )
 
 
 def test_kv_cache_positions_equal_what_transformers_caches() -> None:
@@ -283,6 +338,8 @@ def test_kv_cache_positions_equal_what_transformers_caches() -> None:
 def test_bad_layer_patterns_are_refused() -> None:
     with pytest.raises(ValueError, match="global_every"):
         interleaved_layer_types(4, global_every=0)
+    with pytest.raises(TypeError, match="global_first must be True or False; got str 'yes'"):
+        interleaved_layer_types(4, global_every=2, global_first="yes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"layer_types\[1\]"):
         kv_cache_positions(["full_attention", "local"], window=4, length=8)
     with pytest.raises(ValueError, match="window"):

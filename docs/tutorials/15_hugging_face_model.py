@@ -25,8 +25,9 @@
 # is nonsense, but every number it computes can be checked. The
 # [how-to guide](../../how-to/run-a-hugging-face-model/) is the short
 # recipe; here we run it and look inside. You need Transformers 5 or
-# later (`pip install "attention-by-running[hf]"`). Runs in about 9
-# seconds on a CPU.
+# later: the package's `hf` extra installs it, and the downloaded
+# notebook's first cell installs the package with it (the line is on
+# the [Install](../../install/) page). Runs in about 9 seconds on a CPU.
 
 # %%
 import contextlib
@@ -169,8 +170,78 @@ assert diff < 1e-5
 # The logits are the end of a chain of two layers, each with attention,
 # a feed-forward block and normalisations, and they agree to float32
 # rounding (the two attention functions add the same numbers in a
-# different order). An error in the masking, the grouped-query heads or
-# the scale would show as a difference of order 1 here, not $10^{-6}$.
+# different order).
+#
+# Would the check catch a real error? The logits of this untrained model
+# are small (the largest is printed below), so the question is how far
+# above the tolerance of $10^{-5}$ an error lands. To see, register the
+# package's function three more times, each with one deliberate bug: the
+# key/value heads shared with `repeat` instead of `repeat_interleave`
+# (query head 1 then reads key/value head 1 instead of 0), a scale of 1
+# instead of $1/\sqrt{D}$, and the mask transposed (each word sees itself
+# and the words after it instead of those before it). `register(name)`
+# adds a name with the package's attention and mask functions;
+# `AttentionInterface.register` then replaces the attention function
+# under that name with the broken one.
+
+# %%
+from transformers import AttentionInterface
+
+from attention.integrations.huggingface import attention_forward
+
+TOLERANCE = 1e-5  # the check above
+BUGS = [
+    "K/V heads grouped with repeat",
+    "scale 1, not 1/sqrt(D)",
+    "mask transposed",
+]
+
+
+def with_bug(bug):
+    """The package's attention function for Transformers, with one bug."""
+
+    def forward(module, query, key, value, attention_mask, **kwargs):
+        if bug == BUGS[0]:
+            groups = query.shape[1] // key.shape[1]  # H / Hkv
+            # heads 0, 1, 0, 1 for the query heads; right is 0, 0, 1, 1
+            key = key.repeat(1, groups, 1, 1)
+            value = value.repeat(1, groups, 1, 1)
+        elif bug == BUGS[1]:
+            kwargs["scaling"] = 1.0
+        elif bug == BUGS[2]:
+            attention_mask = attention_mask.transpose(-2, -1)
+        return attention_forward(
+            module, query, key, value, attention_mask, **kwargs
+        )
+
+    return forward
+
+
+largest = logits["eager"][real].abs().max().item()
+print(f"largest |logit| of eager: {largest:.1f}")
+print(f"{'bug':<30} {'max |broken - eager|':>21} {'/ tolerance':>12}")
+errors = {}
+for i, bug in enumerate(BUGS):
+    name = register(f"attention-by-running-bug-{i}")
+    AttentionInterface.register(name, with_bug(bug))
+    with torch.no_grad():
+        broken = build(name)(input_ids=ids, attention_mask=mask).logits
+    error = (broken[real] - logits["eager"][real]).abs().max().item()
+    times = float(f"{error / TOLERANCE:.2g}")  # two significant digits
+    print(f"{bug:<30} {error:>21.2g} {times:>12,.0f}")
+    errors[bug] = error
+# Across seeds: 0.36-0.52, 0.015-0.027 and 0.37-0.60 for seeds 0 to 5
+assert min(errors.values()) > 1000 * TOLERANCE  # the check catches each
+# Across seeds: the wrong scale moves them least for seeds 0 to 5 (below)
+assert errors[BUGS[1]] < min(errors[BUGS[0]], errors[BUGS[2]])
+
+# %% [markdown]
+# Every bug moves the logits by more than a thousand times the
+# tolerance: the check of section 2 would catch any of them. The wrong
+# scale moves them least: the scores of this untrained model are so close
+# to 0 that four times larger ones (1 instead of $1/\sqrt{16}$) still
+# give nearly uniform weights. The wrong heads and the transposed mask
+# change which values are read, and move the logits most.
 #
 # ## 3. The same generated words
 #
@@ -431,7 +502,8 @@ assert H * 32768**2 * 4 == 16 * 2**30  # the scores at L = 32 768
 #   `from_pretrained`, with a config object of its own for each model.
 # - The model then gives eager's logits to float32 rounding and the same
 #   greedy generation, with padding, grouped-query heads and
-#   Transformers' KV cache (asserted above).
+#   Transformers' KV cache (asserted above); a deliberate bug in the
+#   heads, the scale or the mask lands thousands of times further off.
 # - `output_attentions=True` returns each layer's weights $(B, H, L, S)$,
 #   equal to eager's; stacked for one input they make a `HeadView`, and
 #   one layer's heads a `plot_attention_heads` figure.

@@ -263,3 +263,38 @@ def test_no_code_edits_sys_path() -> None:
             if rel not in allowed and any(_is_sys_path(node) for node in ast.walk(tree)):
                 offenders.append(rel)
     assert offenders == []
+
+
+def test_the_tutorial_cache_key_covers_every_file_the_package_ships(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tutorial 15's output inlines head_view.js and head_view.css: a key that hashed the
+    package's modules alone kept a stale viewer in the cached notebook."""
+    import shutil
+
+    from docs_build import tutorials
+
+    root = tmp_path / "repo"
+    skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    shutil.copytree(tutorials.PACKAGE, root / "attention", ignore=skip)
+    for name in ("figures.py", "kernel_state.py"):
+        (root / "docs_build").mkdir(exist_ok=True)
+        shutil.copy(tutorials.HERE / name, root / "docs_build" / name)
+    source = root / "docs" / "tutorials" / "15_hugging_face_model.py"
+    source.parent.mkdir(parents=True)
+    shutil.copy(tutorials.TUTORIALS / source.name, source)
+    monkeypatch.setattr(tutorials, "ROOT", root)
+    monkeypatch.setattr(tutorials, "HERE", root / "docs_build")
+    monkeypatch.setattr(tutorials, "PACKAGE", root / "attention")
+
+    before = tutorials.cache_key(source)
+    assert tutorials.cache_key(source) == before  # the same files, the same key
+    shipped = {p.name for p in tutorials.package_files()}
+    assert {"head_view.js", "head_view.css", "py.typed"} <= shipped
+    for name in ("head_view.js", "head_view.css"):
+        data = root / "attention" / name
+        original = data.read_bytes()
+        data.write_bytes(original + b"\n/* changed */\n")
+        assert tutorials.cache_key(source) != before, f"{name} changed, the key did not"
+        data.write_bytes(original)
+    assert tutorials.cache_key(source) == before

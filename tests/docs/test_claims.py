@@ -335,3 +335,107 @@ def test_the_flow_leaves_exact_assertions_alone() -> None:
         "times = [1, 2]\nassert len(times) == 2\n"  # rebound before use
     )
     assert timing_assertions(exact) == []
+
+
+def _is_bound_check(node: ast.AST, tolerances: set[str]) -> bool:
+    """``error < 1e-6``, ``errors[eps] < bound``: a value against a float bound."""
+    if not (
+        isinstance(node, ast.Compare)
+        and len(node.ops) == 1
+        and isinstance(node.ops[0], (ast.Lt, ast.LtE))
+    ):
+        return False
+    bound = node.comparators[0]
+    if isinstance(bound, ast.Constant):
+        return isinstance(bound.value, float)
+    return isinstance(bound, ast.Name) and bound.id in tolerances
+
+
+def unasserted_bound_checks(code: str) -> list[tuple[int, str]]:
+    """``(line, comparison)`` of each bound check a ``print`` shows and no ``assert``
+    makes: ``print(f"below 1e-6: {error < 1e-6}")`` with no ``assert error < 1e-6``.
+
+    A bound check is a comparison ``x < b`` or ``x <= b`` whose bound ``b`` is a float
+    literal, or a name assigned an expression with one (``bound = 1e-14 / eps``); a
+    name assigned such a comparison (``below = error < 1e-6``) counts where it is
+    printed. It is asserted by an ``assert`` whose test holds the same comparison, or
+    that name.
+    """
+    tree = ast.parse(code)
+    tolerances = {
+        target.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and any(
+            isinstance(c, ast.Constant) and isinstance(c.value, float) for c in ast.walk(node.value)
+        )
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    named: dict[str, ast.AST] = {}  # below = error < 1e-6
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assign):
+            continue
+        for target in node.targets:
+            pairs = [(target, node.value)]
+            if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
+                pairs = list(zip(target.elts, node.value.elts, strict=False))
+            for name, value in pairs:
+                if isinstance(name, ast.Name) and _is_bound_check(value, tolerances):
+                    named[name.id] = value
+    asserted: set[str] = set()  # ast.dump of each asserted comparison, and names
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assert):
+            for sub in ast.walk(node.test):
+                if isinstance(sub, ast.Compare):
+                    asserted.add(ast.dump(sub))
+                elif isinstance(sub, ast.Name):
+                    asserted.add(sub.id)
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print"):
+            continue
+        for sub in ast.walk(node):
+            if _is_bound_check(sub, tolerances) and ast.dump(sub) not in asserted:
+                found.append((node.lineno, ast.unparse(sub)))
+            elif (
+                isinstance(sub, ast.Name)
+                and sub.id in named
+                and sub.id not in asserted
+                and ast.dump(named[sub.id]) not in asserted
+            ):
+                found.append((node.lineno, f"{sub.id} = {ast.unparse(named[sub.id])}"))
+    return found
+
+
+def test_every_printed_bound_check_is_asserted() -> None:
+    """A page that prints ``below 1e-6: True`` asserts it: otherwise another machine
+    could print ``False`` under a sentence that says the opposite, and the build would
+    pass. (Where the number itself is the point, print it rounded to what the claim
+    needs instead; ``test_exec_output`` checks that no rounding error's digits show.)"""
+    found = [
+        f"{program.where}:{program.lines[line - 1]}: {comparison}"
+        for program in PROGRAMS
+        for line, comparison in unasserted_bound_checks(program.code)
+    ]
+    assert not found, (
+        "These bound checks are printed but not asserted; add `assert <comparison>` "
+        "next to the print:\n" + "\n".join(found)
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "found"),
+    [
+        ('print(f"below 1e-6: {error < 1e-6}")\n', [(1, "error < 1e-06")]),
+        ('print(f"below 1e-6: {error < 1e-6}")\nassert error < 1e-6\n', []),
+        ("below = gap <= 1e-5\nprint('below 1e-5:', below)\n", [(2, "below = gap <= 1e-05")]),
+        ("shape, below = (2, 3), gap < 1e-5\nprint(below)\nassert below\n", []),
+        ("bound = 1e-14 / eps\nprint(err < bound)\n", [(2, "err < bound")]),
+        ("bound = 1e-14 / eps\nprint(err < bound)\nassert all([err < bound])\n", []),
+        # not bound checks: a count, an identity, a timing ratio against 1
+        ("print(n < 3, w is None, ratio < 1)\n", []),
+    ],
+)
+def test_the_bound_check_rule(code: str, found: list[tuple[int, str]]) -> None:
+    assert unasserted_bound_checks(code) == found

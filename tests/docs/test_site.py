@@ -22,6 +22,13 @@ def test_strict_build_has_no_warnings(built_site: Path) -> None:
     # hands matplotlib a tensor warns under NumPy 2, a file left open warns at exit.
     python_warnings = re.findall(r"^\S+:\d+: \w*Warning: .*$", log, flags=re.MULTILINE)
     assert not python_warnings, "\n".join(python_warnings)
+    # And a C++ library's own log, written to the process's stderr past Python's
+    # logging. Kineto, torch.profiler's backend, wrote two lines per profile, dozens per
+    # build, until the build set KINETO_LOG_LEVEL (docs_build/plugin.py):
+    # "USDT:2026-11-28 06:52:52 5268:5268 SyncActivityProfilerHandler.cpp:52] profiler_start".
+    # c10's glog-style lines ("W1128 06:52:52.1 5268 file.cpp:12] ...") look alike.
+    native = re.findall(r"^.*\.(?:cpp|cc|cxx|cu|h):\d+\].*$", log, flags=re.MULTILINE)
+    assert not native, f"{len(native)} lines of a C++ library's log:\n" + "\n".join(native[:10])
 
 
 def test_every_link_in_a_tutorial_is_checked_by_the_build(built_site: Path) -> None:
