@@ -35,6 +35,7 @@ import functools
 import logging
 import os
 import platform
+import posixpath
 import shutil
 import tempfile
 import time
@@ -252,6 +253,11 @@ class SitePlugin(BasePlugin):  # type: ignore[type-arg]  # no options
 
     @_reported
     def _fresh_state(self, markdown: str, page: Page, config: MkDocsConfig, **kwargs: Any) -> str:
+        if page.file.src_uri == "changelog.md" and config.repo_url and config.edit_uri:
+            # Generated from the repository's CHANGELOG.md, which sits beside docs/:
+            # "edit this page" opens that file (edit_uri names docs/, one level down).
+            root = posixpath.normpath(posixpath.join(config.edit_uri, ".."))
+            page.edit_url = f"{config.repo_url.rstrip('/')}/{root}/{CHANGELOG}"
         if page.file.src_uri not in self.runs:
             markdown = pages.from_a_fresh_state(markdown)
         if "```install" in markdown or "```dist-files" in markdown:

@@ -40,10 +40,12 @@ from torch import nn
 
 import attention
 
-# Every random draw of the training below follows from SEED. The tests also
-# run this tutorial with other seeds (ATTENTION_SEED=3 python
-# docs/tutorials/09_train_a_tiny_transformer.py): every claim asserted
-# about a trained model holds for all of them.
+# Every random draw of the training below follows from SEED: another seed
+# (ATTENTION_SEED=3 python docs/tutorials/09_train_a_tiny_transformer.py)
+# trains another model. The thresholds were set from seeds 0-19, run on
+# ATen's portable kernels (ATEN_CPU_CAPABILITY=default) with one thread;
+# each "Across seeds" comment gives the range they measured. The tests run
+# seeds 20 and 21, which no threshold was tuned on.
 SEED = int(os.environ.get("ATTENTION_SEED", "0"))
 torch.manual_seed(SEED)
 torch.set_printoptions(precision=3, sci_mode=False)
@@ -274,10 +276,10 @@ perfect = [step for step, acc in evals if acc == 1.0]  # steps at 100%
 print(f"last training loss {history['loss'][-1]:.4f}: ln {V} / {drop:.0f}")
 print(f"validation accuracy at step 10: {history['val_acc'][0]:.3f}")
 print(f"first evaluation at 100%: step {perfect[0]}")
-# The ranges quoted in these comments are of seeds 0-4.
-# Across seeds: ln V / last loss 1140-1282, more than 100
+# The ranges quoted in these comments are of seeds 0-19.
+# Across seeds: ln V / last loss 1111-1282, more than 100
 assert drop > 100
-# Across seeds: 0.10-0.13 at step 10, below 0.5 (chance is 1/16)
+# Across seeds: 0.087-0.134 at step 10, below 0.5 (chance is 1/16)
 assert history["val_acc"][0] < 0.5
 # Across seeds: 100 % first at step 50 or 60, by step 100
 assert perfect[0] <= 100
@@ -325,11 +327,11 @@ print(f"test sequence accuracy {sequence_acc:.4f}")
 print("per position:", per_position)
 for i in range(3):
     print(spell(x_test[i]), "->", spell(prediction[i]))
-# Across seeds: 1.0000 for seeds 0-4, above 0.99
+# Across seeds: 1.0000 for seeds 0-19, above 0.99
 assert test_acc > 0.99
-# Across seeds: whole sequences, 1.0000 for seeds 0-4, above 0.99
+# Across seeds: whole sequences, 1.0000 for seeds 0-19, above 0.99
 assert sequence_acc > 0.99
-# Across seeds: 0.0021-0.0024 (seeds 0-4), below 0.05
+# Across seeds: 0.0021-0.0025 (seeds 0-19), below 0.05
 assert test_loss < 0.05
 
 # %% [markdown]
@@ -342,7 +344,7 @@ assert test_loss < 0.05
 # whose output is being computed), columns are keys (the positions read);
 # each row sums to 1.
 
-# %% caption="The four learned attention maps (2 layers × 2 heads) for the first test sequence, rows = query positions, columns = key positions, labelled position:letter, on a 0 to 1 colour scale. The anti-diagonal, query i reading key 9 − i, shows in every head, most sharply in layer 1: measured over the test set below, layer 1's heads put more than 85 % of their weight there, layer 0's less."
+# %% caption="The four learned attention maps (2 layers × 2 heads) for the first test sequence, rows = query positions, columns = key positions, labelled position:letter, on a 0 to 1 colour scale. The anti-diagonal, query i reading key 9 − i, shows in every head, most sharply in layer 1: measured over the test set below, layer 1's heads put more than 70 % of their weight there, layer 0's less (a cell below compares the two layers in this run)."
 layers, _, H = test_maps.shape[:3]
 example = test_maps[:, 0]  # (layers, H, L, L) for the first sequence
 labels = [f"{i}:{LETTERS[t]}" for i, t in enumerate(x_test[0].tolist())]
@@ -421,29 +423,44 @@ print(
 )
 # In the reversal head, almost every row of all 1000 reads its mirror
 # position more than any other, with most of its weight. (The ranges
-# quoted are of seeds 0-4.)
-# Across seeds: hit rate 0.9992-1.0000, above 0.99
-assert hit_rate[best] > 0.99
-# Across seeds: mass 0.965-0.987, above 0.8
+# quoted are of seeds 0-19.)
+# Across seeds: hit rate 0.9940-1.0000, above 0.98
+assert hit_rate[best] > 0.98
+# Across seeds: mass 0.930-0.990, above 0.8
 assert mass[best] > 0.8
-# Every head leans towards the anti-diagonal (uniform rows would put
-# 1/L = 0.1 there), the second layer's heads more sharply than the
-# first's.
-# Across seeds: every head at least 0.54, above 0.3
-assert mass.min() > 0.3
-# Across seeds: layer 1's heads 0.938-0.987, above 0.85
-assert mass[1].min() > 0.85
-# Across seeds: layer 1's least above layer 0's most (0.873 at most)
-assert mass[1].min() > mass[0].max()
+# Every head leans towards the anti-diagonal: more of its weight there
+# than a uniform row would put (1/L = 0.1).
+# Across seeds: the least of the four 0.21-0.80, above 0.1
+assert mass.min() > 1 / L
+# Across seeds: layer 1's heads 0.877-0.990, above 0.7
+assert mass[1].min() > 0.7
+if mass[0].max() < mass[1].min():
+    print(
+        f"In this run, every head of layer 0 (at most {mass[0].max():.2f})"
+        " puts less of its weight on the anti-diagonal than every head of"
+        f" layer 1 (at least {mass[1].min():.2f})."
+    )
+else:
+    print(
+        f"In this run, the sharpest head of layer 0 ({mass[0].max():.2f})"
+        " puts as much of its weight on the anti-diagonal as the least"
+        f" sharp head of layer 1 ({mass[1].min():.2f}), or more."
+    )
 
 # %% [markdown]
-# In the reversal head, more than 99% of all $1000 \times 10$ rows put
+# In the reversal head, more than 98% of all $1000 \times 10$ rows put
 # their largest weight on the mirror position (asserted; the cell prints
 # this run's count, and how the first eight test sequences fare). All
-# four heads lean towards the anti-diagonal, those of the second layer
-# sharply (more than 85% of their weight there) and those of the first
-# more loosely (asserted in the cell above). Which head of the second
-# layer is the sharpest differs from seed to seed. Nothing
+# four heads lean towards the anti-diagonal (asserted: each puts more
+# weight there than a uniform row would), those of the second layer
+# sharply (asserted: more than 70% of their weight there). Those of the
+# first layer lean more loosely: over seeds 0-19, on ATen's portable
+# kernels, the least sharp of them put 0.21 to 0.80 of its weight there,
+# the sharpest 0.58 to 0.90, while the heads of layer 1 put 0.877 to
+# 0.990. In each of those runs every head of layer 0 was looser than
+# every head of layer 1, but once by only 0.02, too little to assert for
+# a seed not tried; the cell says how this run's compare. Which head of
+# the second layer is the sharpest differs from seed to seed. Nothing
 # forces a single head to do the job: the two layers share it, and a
 # blurred copy in layer 0 is harmless as long as the information ends up
 # at the right position. (With one layer and one head the single map is
@@ -512,10 +529,10 @@ gap = (out[:, :, None] - out[:, None, :]).abs().amax(-1)  # (n, L, L)
 print(f"{int(same.sum()) // 2} pairs of positions share a letter;")
 print(f"largest difference of their logits: {gap[same].max():.2e}")
 assert gap[same].max() < 1e-4
-# About a quarter right at every position. (Ranges of seeds 0-4.)
-# Across seeds: every position 0.212-0.256, above 0.15
+# About a quarter right at every position. (Ranges of seeds 0-19.)
+# Across seeds: every position 0.210-0.260, above 0.15
 assert no_pos_per_position.min() > 0.15
-# Across seeds: every position 0.212-0.256, below 0.35
+# Across seeds: every position 0.210-0.260, below 0.35
 assert no_pos_per_position.max() < 0.35
 # Across seeds: test loss 1.97-1.99 nats, between 1.5 and 2.5
 assert 1.5 < no_pos_loss < 2.5
@@ -557,12 +574,12 @@ print(
 )
 print("accuracy, positions 0-4:", [round(a, 3) for a in first.tolist()])
 print("accuracy, positions 5-9:", [round(a, 3) for a in second.tolist()])
-# (Ranges of seeds 0-4.)
-# Across seeds: positions 0-4 at most 0.077, below 0.15 (chance 0.0625)
+# (Ranges of seeds 0-19.)
+# Across seeds: positions 0-4 at most 0.078, below 0.15 (chance 0.0625)
 assert first.max() < 0.15
 # Across seeds: positions 5-9 all 1.0, above 0.95
 assert second.min() > 0.95
-# Across seeds: within 0.013 of the prediction, asserted within 0.2
+# Across seeds: within 0.014 of the prediction, asserted within 0.2
 assert abs(causal_loss - math.log(V) / 2) < 0.2
 
 # %% [markdown]
@@ -588,7 +605,7 @@ print("causal reversal head: layer {}, head {}".format(*c_best))
 print(f"rows 5-9: mass {c_mass[c_best]:.3f}, hit rate {c_rate:.4f}")
 # In the best head, rows 5 to 9 read their mirror; which layer holds that
 # head differs from seed to seed.
-# Across seeds: hit rate 1.0000 for seeds 0-4, above 0.99
+# Across seeds: hit rate 0.9994-1.0000 for seeds 0-19, above 0.99
 assert c_rate > 0.99
 
 fig = plt.figure(figsize=(9, 8), layout="constrained")

@@ -44,10 +44,13 @@ from torch import nn
 
 import attention
 
-# Every random draw of the training below follows from SEED. The tests also
-# run this tutorial with other seeds (ATTENTION_SEED=3 python
-# docs/tutorials/13_encoder_decoder_transformer.py): every claim asserted
-# about a trained model holds for all of them.
+# Every random draw of the training below follows from SEED: another seed
+# (ATTENTION_SEED=3 python docs/tutorials/13_encoder_decoder_transformer.py)
+# trains another model. The thresholds were set from seeds 0-19 (section
+# 7's from seeds 0-19 and 22-41), run on ATen's portable kernels
+# (ATEN_CPU_CAPABILITY=default) with one thread; each "Across seeds"
+# comment gives the range they measured. The tests run seeds 20 and 21,
+# which no threshold was tuned on.
 SEED = int(os.environ.get("ATTENTION_SEED", "0"))
 torch.manual_seed(SEED)
 torch.set_printoptions(precision=3, sci_mode=False)
@@ -384,10 +387,14 @@ print(
 # $$\text{lr}(s) = E^{-1/2} \min\left(s^{-1/2},\; s \cdot w^{-3/2}\right),$$
 #
 # with Adam ($\beta_2 = 0.98$, $\epsilon = 10^{-9}$). We use $w = 60$ and
-# 250 steps of 128 sentences drawn from the training numbers.
+# 350 steps of 128 sentences drawn from the training numbers. Fewer steps
+# are not enough for every seed: after 250 steps one of the seeds 0-19
+# (on ATen's portable kernels) got 0.871 of the held-out sentences right,
+# after 300 steps another 0.886, and after 350 every one of them got more
+# than 0.98.
 
 # %%
-SMOOTHING, WARMUP, STEPS, BATCH = 0.1, 60, 250, 128
+SMOOTHING, WARMUP, STEPS, BATCH = 0.1, 60, 350, 128
 V = len(TARGET)
 
 
@@ -464,11 +471,10 @@ last = sum(losses[-20:]) / 20
 print(f"loss over the last 20 steps {last:.3f}; floor ℋ_ε = {floor:.3f}")
 accuracy = teacher_forced_accuracy(model)
 print(f"held-out sentences right, teacher-forced: {accuracy:.3f}")
-# (The ranges quoted in these comments are of seeds 0-4.)
-# Across seeds: first loss 2.67-2.89, last 0.005-0.027 above the floor
+# (The ranges quoted in these comments are of seeds 0-19.)
+# Across seeds: first loss 2.65-2.90, last 0.001-0.042 above the floor
 assert losses[0] > 2 and last < floor + 0.1
-# Across seeds: 0.93-1.00 of the held-out sentences right (seeds 0-4,
-# on the native and on ATen's portable kernels)
+# Across seeds: 0.981-1.000 of the held-out sentences right
 assert accuracy > 0.9
 
 # %% caption="Left: the learning rate of the warm-up schedule, rising linearly for 60 steps and then decaying as one over the square root of the step. Right: the training loss (label-smoothed cross-entropy) per step, falling from more than 2 nats to just above the floor that label smoothing sets (dashed), which it cannot go below."
@@ -569,7 +575,7 @@ print(
 )
 for n, d in list(zip(test_numbers, greedy_digits, strict=True))[:4]:
     print(f"  {' '.join(number_words(n)):<42} -> {d}")
-# Across seeds: 0.93-1.00 exactly right (seeds 0-4, both kernels)
+# Across seeds: 0.981-1.000 exactly right (seeds 0-19)
 assert greedy_accuracy > 0.9
 
 # %% [markdown]
@@ -680,10 +686,10 @@ for row, score in zip(all_beams[unsure], all_scores[unsure], strict=True):
     )
 # Beam search never returns a less likely output than greedy here (it
 # could: greedy's prefix can drop out of the beam) ...
-# Across seeds: on all 2000 sentences for seeds 0-4
+# Across seeds: on all 2000 sentences for seeds 0-19
 assert (beam_score >= greedy_score - 1e-5).all()
 # ... and the two mostly agree on a task this regular.
-# Across seeds: 0 to 5 of 2000 differ (seeds 0-4), at most 1 %
+# Across seeds: 0 to 4 of 2000 differ (seeds 0-19), at most 1 %
 assert changed <= 0.01 * len(test_numbers)
 assert (all_scores.diff(dim=1) <= 1e-6).all()  # beams come best first
 
@@ -773,10 +779,10 @@ print(
     f" {alignment[best]:.3f} of {total} digits"
 )
 # Which head aligns best differs from seed to seed; that one does not.
-# Across seeds: 0.952-0.970 of the digits (seeds 0-4)
-assert alignment[best] > 0.9
+# Across seeds: 0.938-0.994 of the digits (seeds 0-19)
+assert alignment[best] > 0.85
 
-# %% caption="Cross-attention weights of the best-aligned head (the cell above names it) for four held-out numbers, one of each shape: rows are the decoder positions (labelled with the digit each predicts, and </s>), columns the source words, colour from 0 to 1. Over all held-out numbers, this head puts its largest weight on the word a digit comes from for more than 90 % of the digits (asserted above); the cell prints how the digits of these four fare. A 0 that no word names has no word to read."
+# %% caption="Cross-attention weights of the best-aligned head (the cell above names it) for four held-out numbers, one of each shape: rows are the decoder positions (labelled with the digit each predicts, and </s>), columns the source words, colour from 0 to 1. Over all held-out numbers, this head puts its largest weight on the word a digit comes from for more than 85 % of the digits (asserted above); the cell prints how the digits of these four fare. A 0 that no word names has no word to read."
 kinds = [  # one held-out number of each shape
     lambda n: len(number_words(n)) == 6,  # thousands, hundreds, tens, ones
     lambda n: n >= 1000 and 10 <= n % 100 < 20 and n // 100 % 10 == 0,
@@ -889,20 +895,29 @@ for name, loss in results.items():
 print(
     f"(floor {floor:.3f}; a uniform guess scores ln {V} = {math.log(V):.3f})"
 )
-# Post-LN at the full rate from step 1 is stuck; the three others train.
-# Across seeds: 1.64-2.35 nats (seeds 0-4)
-assert results["Post-LN, no warm-up"] > 1.2
-for name in ("Pre-LN, warm-up", "Pre-LN, no warm-up", "Post-LN, warm-up"):
-    # Across seeds: 0.56-0.81 nats (seeds 0-4)
+# The three others train; Post-LN at the full rate from step 1 lags far
+# behind them. (Ranges of seeds 0-19 and 22-41.)
+trained = ("Pre-LN, warm-up", "Pre-LN, no warm-up", "Post-LN, warm-up")
+for name in trained:
+    # Across seeds: 0.56-0.87 nats
     assert results[name] < 1.0, name
+behind = results["Post-LN, no warm-up"] - max(results[n] for n in trained)
+print(
+    f"Post-LN without warm-up is {behind:.2f} nats behind the worst of them"
+)
+# Across seeds: 0.36-1.79 nats behind, at 1.01-2.41 nats
+assert behind > 0.2
 
 # %% [markdown]
 # Three of the four runs are within half a nat of the floor after 100
 # steps (asserted: below 1 nat); Post-LN at the full rate from the first
-# step is stuck well above them (asserted: above 1.2 nats). The warm-up is
-# what makes the original arrangement trainable; Pre-LN trains without
-# it, which is one reason most models since GPT-2 normalise before each
-# sub-layer. (How close Pre-LN gets without the warm-up in 100 steps
+# step is far behind them (asserted: more than 0.2 nats above each). Over
+# seeds 0-19 and 22-41, on ATen's portable kernels, it stayed at 1.5
+# nats or above in all runs but one, where it had begun to train and was
+# still 0.36 nats behind the slowest of the others (seed 19: 1.01 nats). The
+# warm-up is what makes the original arrangement trainable; Pre-LN trains
+# without it, which is one reason most models since GPT-2 normalise before
+# each sub-layer. (How close Pre-LN gets without the warm-up in 100 steps
 # varies with the seed; that it trains does not.)
 #
 # ## Summary
@@ -918,7 +933,7 @@ for name in ("Pre-LN, warm-up", "Pre-LN, no warm-up", "Post-LN, warm-up"):
 #   prefix; beam search reorders the caches to follow its beams and never
 #   returned a less likely output than greedy.
 # - One cross-attention head (which one varies with the seed) aligns more
-#   than 90% of the digits with the word they come from, measured over
+#   than 85% of the digits with the word they come from, measured over
 #   the held-out numbers, not read off one picture.
 # - Post-LN needs the warm-up; Pre-LN trains without it.
 #

@@ -6,10 +6,11 @@ fails the build. Each assertion is one of three kinds, and its code says which:
 * **exact** (unmarked, the default): deterministic arithmetic, counts, shapes, bytes,
   FLOPs, page faults, equality within a tolerance derived from the dtype;
 * **statistical**: the outcome of training or of random data, with a margin that holds
-  for at least five seeds and on another floating-point path. Marked by a comment that
-  starts ``# Across seeds:`` on the line or directly above it. The tutorials that train
-  read ``ATTENTION_SEED``, and ``test_tutorials`` runs them with two seeds besides the
-  page's;
+  across seeds (set from 20 on ATen's portable kernels in the tutorials that train, from
+  at least five on the concept pages). Marked by a comment that starts
+  ``# Across seeds:`` on the line or directly above it. The tutorials that train read
+  ``ATTENTION_SEED``, and ``test_other_machines`` runs them with seeds 20 and 21, which
+  no threshold was set from;
 * **timing**: never asserted. A machine with another processor, or a busy one, gives
   other times: a log-log slope asserted below 0.8 measured 0.83 on a loaded machine,
   and a tile loop asserted slower than the fused kernel was faster with ATen's portable

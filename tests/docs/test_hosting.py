@@ -17,6 +17,7 @@ import datetime
 import functools
 import html
 import http.server
+import posixpath
 import re
 import subprocess
 import threading
@@ -247,7 +248,11 @@ def site_pages(built_site: Path) -> dict[str, _Page]:
 
 
 def _source_of(page: str, edit_url: str) -> str:
-    """The docs/ path an edit link opens, checked against the page it sits on."""
+    """The docs/ path an edit link opens, checked against the page it sits on; the
+    changelog page's is the repository's CHANGELOG.md, from which it is made."""
+    if page == "changelog/":
+        assert re.fullmatch(r"https://[^/]+/[^/]+/[^/]+/edit/[^/]+/CHANGELOG\.md", edit_url)
+        return "../CHANGELOG.md"
     match = re.fullmatch(r"https://[^/]+/[^/]+/[^/]+/edit/[^/]+/docs/(.+)", edit_url)
     assert match, f"{page or 'home'}: not a GitHub edit URL: {edit_url}"
     return match[1]
@@ -270,8 +275,8 @@ def test_repository_and_edit_links(site_pages: dict[str, _Page]) -> None:
         assert (ROOT / "docs" / source).is_file(), f"{page}: edit link to a missing {source}"
         # The source is the page's own: tutorials/03_x/ <- tutorials/03_x.py (the jupytext
         # script, not a generated Markdown file); concepts/ <- concepts/index.md.
-        stem = source.rsplit(".", 1)[0].removesuffix("index").rstrip("/")
-        assert stem == page.rstrip("/"), f"{page or 'home'}: edit link opens {source}"
+        stem = source.rsplit(".", 1)[0].removesuffix("index").rstrip("/").lower()
+        assert stem.removeprefix("../") == page.rstrip("/"), f"{page or 'home'}: opens {source}"
         if page.startswith("tutorials/") and page != "tutorials/":
             assert source.endswith(".py"), f"{page}: tutorials are edited as scripts"
     assert len(repos) == 1 and repos.pop().startswith("https://"), repos
@@ -311,7 +316,11 @@ def test_every_page_shows_the_date_of_its_last_change(site_pages: dict[str, _Pag
     A shallow clone or a broken git lookup would stamp every page with one date.
     """
     try:
-        changed = set(_git("status", "--porcelain", "--untracked-files=all", "docs").splitlines())
+        changed = set(
+            _git(
+                "status", "--porcelain", "--untracked-files=all", "docs", "CHANGELOG.md"
+            ).splitlines()
+        )
         changed = {line[3:] for line in changed}
         in_git = True
     except (subprocess.CalledProcessError, FileNotFoundError):  # a tarball: no history
@@ -322,7 +331,7 @@ def test_every_page_shows_the_date_of_its_last_change(site_pages: dict[str, _Pag
         assert len(parsed.dates) == 1, f"{page or 'home'}: {len(parsed.dates)} dates shown"
         shown = datetime.datetime.strptime(parsed.dates[0], "%B %d, %Y").date()
         edit = next(a["href"] for a in parsed.links if a.get("rel") == "edit")
-        source = "docs/" + _source_of(page, edit)
+        source = posixpath.normpath("docs/" + _source_of(page, edit))
         committed = (
             in_git and source not in changed and _git("log", "-1", "--format=%at", "--", source)
         )
@@ -423,6 +432,11 @@ def test_figures_zoom_in_the_readers_colour_scheme(
         page.click("#to-figures")
         page.wait_for_function("path => location.pathname.endsWith(path)", arg=path)
         page.wait_for_load_state("networkidle")
+        # GLightbox loads after the page (docs_build/lightbox.py) and wraps the figures
+        # when it runs: on a busy machine, later than network idle.
+        page.wait_for_function(
+            "n => document.querySelectorAll('article a.glightbox').length >= n", arg=figures
+        )
         links = page.locator("article a.glightbox")
         boxes = links.evaluate_all(
             "els => els.map(e => [e.getAttribute('href'), e.getClientRects().length > 0])"

@@ -10,9 +10,12 @@ this module runs the code again under each:
   ``ATEN_CPU_CAPABILITY=default``, ATen's portable kernels instead of AVX2/AVX-512. A
   processor of another vendor sums in another order: a claim written from one machine's
   run, about which word a trained head reads, failed on an AMD EPYC for that reason;
-* **other seeds**: a tutorial that trains reads ``ATTENTION_SEED``; it runs with seed 1
-  on the portable kernels, and with seed 2. Everything it asserts about the trained model
-  must hold for both (``test_claims`` says which assertions are statistical);
+* **other seeds**: a tutorial that trains reads ``ATTENTION_SEED``; it runs with seeds 20
+  and 21, both on the portable kernels. Its statistical thresholds (``test_claims`` says
+  which assertions are statistical) were set from seeds 0-19, and its page says so. A
+  threshold set where the seeds it was tuned on held once failed for a seed outside them
+  (tutorial 13: 0.9 held-out accuracy, set from seeds 0-4; seed 8 gave 0.871). Seeds
+  that no threshold was tuned on check the claim, not the tuning;
 * **a busy machine**: the pages that time code (front matter ``measures_time: true``, and
   the tutorials that measure CPU time) are built strictly, as ``make docs`` builds them,
   with at least two CPU-bound processes running beside the build for all of its run.
@@ -50,6 +53,10 @@ READS_SEED = re.compile(r"""os\.environ\.get\(\s*["']ATTENTION_SEED["']""")
 TRAINS = re.compile(r"\btorch\.optim\.")
 MEASURES_CPU_TIME = re.compile(r"\b(thread_time|process_time|timeit)\(")
 PORTABLE = ("ATEN_CPU_CAPABILITY", "default")
+# The seeds the training tutorials' thresholds were set from (each page says which, in
+# the words TUNED_ON reads), and the two the suite runs, outside them.
+SEEDS = ("20", "21")
+TUNED_ON = re.compile(r"thresholds were set from seeds (\d+)-(\d+)")
 
 
 def reads_seed(tutorial: Path) -> bool:
@@ -78,10 +85,7 @@ class Run:
 def runs_of(tutorial: Path) -> list[Run]:
     if not reads_seed(tutorial):
         return [Run(tutorial, (PORTABLE,))]
-    return [
-        Run(tutorial, (("ATTENTION_SEED", "1"), PORTABLE)),
-        Run(tutorial, (("ATTENTION_SEED", "2"),)),
-    ]
+    return [Run(tutorial, (("ATTENTION_SEED", seed), PORTABLE)) for seed in SEEDS]
 
 
 RUNS = [run for tutorial in TUTORIALS for run in runs_of(tutorial)]
@@ -306,12 +310,25 @@ def test_every_tutorial_that_trains_reads_its_seed() -> None:
     assert not missing, f"train without reading ATTENTION_SEED: {missing}"
 
 
-def test_every_tutorial_runs_on_the_portable_kernels_once() -> None:
+def test_every_tutorial_runs_on_the_portable_kernels() -> None:
     for tutorial in TUTORIALS:
-        portable = [run for run in RUNS if run.tutorial == tutorial and PORTABLE in run.env]
-        assert len(portable) == 1, tutorial.name
-        seeds = {dict(run.env).get("ATTENTION_SEED") for run in RUNS if run.tutorial == tutorial}
-        assert seeds == ({"1", "2"} if reads_seed(tutorial) else {None}), tutorial.name
+        runs = [run for run in RUNS if run.tutorial == tutorial]
+        assert all(PORTABLE in run.env for run in runs), tutorial.name
+        seeds = [dict(run.env).get("ATTENTION_SEED") for run in runs]
+        assert seeds == (list(SEEDS) if reads_seed(tutorial) else [None]), tutorial.name
+
+
+def test_the_seeds_run_are_outside_those_the_thresholds_were_set_from() -> None:
+    for tutorial in filter(reads_seed, TUTORIALS):
+        text = tutorial.read_text(encoding="utf-8")
+        tuned = TUNED_ON.search(text)
+        assert tuned, f"{tutorial.name} does not say which seeds its thresholds were set from"
+        first, last = int(tuned[1]), int(tuned[2])
+        assert last - first + 1 >= 20, f"{tutorial.name}: thresholds from fewer than 20 seeds"
+        inside = [seed for seed in SEEDS if first <= int(seed) <= last]
+        assert not inside, f"{tutorial.name} was tuned on seeds {inside} that the suite runs"
+        # The page names the seeds the tests run, and they are these.
+        assert f"seeds {SEEDS[0]} and {SEEDS[1]}" in text, tutorial.name
 
 
 def test_a_failure_names_the_section_cell_and_claim(tmp_path: Path) -> None:
