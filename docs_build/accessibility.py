@@ -1,4 +1,5 @@
-"""Build step: every box that can scroll sideways reachable by keyboard; unique line ids.
+"""Build step: every box that can scroll sideways reachable by keyboard; unique line ids;
+named section menus; no empty header cells.
 
 A reader who cannot use a mouse scrolls a box with the arrow keys once it has focus, and
 a box gets focus only if it is focusable (WCAG 2.1.1; axe's rule
@@ -26,12 +27,28 @@ code blocks of one Markdown rendering. markdown-exec and mkdocstrings render eac
 or docstring in a Markdown instance of their own, so N restarts at 0 many times on a page
 and the same ids appeared up to a dozen times (axe's duplicate-id; a link to a line led
 to the first block with that number). Blocks are numbered again here, in page order.
+
+Two more, found by axe run as a reader runs it (every rule, every impact):
+
+- **Each section's menu in the sidebar is named after its section.** Material labels the
+  ``<nav>`` of a section with the section's toggle (``aria-labelledby="__nav_4_label"``),
+  and with ``navigation.indexes`` that toggle holds an icon and no text: every section
+  menu was a navigation landmark with no name, the same as its neighbours (axe's
+  landmark-unique). The menu's own title (``<label class="md-nav__title">``) holds the
+  section's name, which becomes the ``aria-label``. Material 9.8's markup; if a later
+  Material writes it otherwise, :func:`named_section_menus` raises.
+- **A header cell with nothing in it is an ordinary cell.** A Markdown table's corner
+  cell (``| | row 0 | row 1 |``) is written ``<th></th>``: a header that names no row or
+  column, which a screen reader announces as a blank header for every cell under it
+  (axe's empty-table-header). It becomes ``<td></td>``.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
+
+from docs_build import BuildError
 
 # Each pattern matches an opening tag up to (not including) its ">" or "/>", and only tags
 # without a tabindex of their own. HTML inside code blocks is escaped (&lt;table&gt;), so
@@ -73,9 +90,50 @@ def unique_line_ids(html: str) -> str:
     return CODE_BLOCK.sub(renumber, html)
 
 
+# A section's menu as Material 9.8 writes it (partials/nav-item.html): the <nav>, labelled
+# by the section's toggle, then the menu's title, whose text is the section's name.
+SECTION_MENU = re.compile(
+    r'(<nav class="md-nav"[^>]*?) aria-labelledby="__nav_[0-9_]+_label"'
+    r'([^>]*>\s*<label class="md-nav__title" for="__nav_[0-9_]+">)(.*?)(?=</label>)',
+    re.DOTALL,
+)
+TAG = re.compile(r"<[^>]*>")
+
+
+def named_section_menus(html: str) -> str:
+    """Name each section's ``<nav>`` in the sidebar after its section (its menu's title).
+
+    Raises:
+        BuildError: If a section's menu is still labelled by its toggle afterwards (a
+            Material upgrade changed the markup).
+    """
+
+    def name(menu: re.Match[str]) -> str:
+        title = " ".join(TAG.sub("", menu[3]).split()).replace('"', "&quot;")
+        return f'{menu[1]} aria-label="{title}"{menu[2]}{menu[3]}'
+
+    html = SECTION_MENU.sub(name, html)
+    if 'aria-labelledby="__nav_' in html:
+        raise BuildError(
+            "docs_build/accessibility.py: a section's menu is not written as in "
+            "mkdocs-material 9.8; update SECTION_MENU so that each menu gets its name"
+        )
+    return html
+
+
+# A header cell with no content but white space; its attributes (an alignment) are kept.
+EMPTY_HEADER_CELL = re.compile(r"<th\b([^>]*)>(\s*)</th>")
+
+
+def no_empty_header_cells(html: str) -> str:
+    """Write each empty ``<th>`` as a ``<td>`` (a corner cell names no row or column)."""
+    return EMPTY_HEADER_CELL.sub(r"<td\1>\2</td>", html)
+
+
 def accessible(html: str) -> str:
-    """Both rules of this module. After math is typeset (``math.py`` swaps each
+    """Every rule of this module. After math is typeset (``math.py`` swaps each
     formula's placeholder element for KaTeX's, and matches the placeholder's attributes
     exactly, so a ``tabindex`` added first would hide it).
     """
-    return unique_line_ids(focusable_scroll_boxes(html))
+    html = unique_line_ids(focusable_scroll_boxes(html))
+    return no_empty_header_cells(named_section_menus(html))

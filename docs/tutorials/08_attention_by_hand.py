@@ -78,7 +78,7 @@ print("Q:", Q, "K:", K, "V:", V, sep="\n")
 #
 # Entry $(i, j)$ is the dot product $q_i \cdot k_j$:
 #
-# | | $k_0 = (1, 1)$ | $k_1 = (1, 0)$ |
+# | | key $k_0 = (1, 1)$ | key $k_1 = (1, 0)$ |
 # |---|---|---|
 # | $q_0 = (1, 0)$ | $1 \cdot 1 + 0 \cdot 1 = 1$ | $1 \cdot 1 + 0 \cdot 0 = 1$ |
 # | $q_1 = (0, 1)$ | $0 \cdot 1 + 1 \cdot 1 = 1$ | $0 \cdot 1 + 1 \cdot 0 = 0$ |

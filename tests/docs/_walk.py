@@ -1,54 +1,53 @@
 """One walk through every page of the built site, in a light and a dark browser side by
 side, recording what each desktop browser test asserts on.
 
-Loading a page is much of what a browser test costs, and four tests used to load the
-site five or six times between them: axe in both schemes, renders-offline in light, and
-the pages with figures once per scheme. The session fixture ``site_walk``
-(``tests/docs/conftest.py``) now loads each page once per colour scheme, runs every
-check's probe on that load and keeps the results in a :class:`PageRecord`; the tests
+Loading a page is much of what a browser test costs. The session fixture ``site_walk``
+(``tests/docs/conftest.py``) loads each page once per colour scheme, runs every check's
+probe on that load and keeps the results in a :class:`PageRecord`; the tests
 (``test_browser.py``, ``test_accessibility.py``) only assert on the records, each on one
 thing, so that a failure still names its test, its page and its scheme.
 
-Both schemes share one desktop viewport, 1366 x 900 (the axe and figure tests' size;
-the renders-offline check, which was at 1280 x 900, does not depend on the width). Each
-scheme has its own browser context, hence its own renderer process: while axe works
-through a page in one scheme, the other scheme's copy loads and is inspected on the
-second core. The tabs run half a step apart: a tab collects its verdict, runs its
-post-axe probes and moves on to the next page while the other tab's axe still runs.
+Both schemes share one desktop viewport, 1366 x 900. Each scheme has its own browser
+context, hence its own renderer process, and the two walk the site side by side: each
+page's visit is three steps, and the walk takes one step in one scheme, then one in the
+other, so that while axe works through a page in one renderer, the other page loads or
+is inspected, or its own axe runs, on the second core.
 
 Each page gets a fresh tab, and in it, in this order:
 
-1. **load**: the load event, Material's palette for the scheme (``data-md-color-scheme``,
-   checked by the axe test: a page left in the light scheme would make the dark run
-   meaningless), network idle, every block laid out (``lay_out_everything``), the fonts
-   ready and every image decoded. Off-site requests are blocked (and recorded) from the
-   first request on, so none can stall a load.
-2. **renders offline**: ``INSPECT_PAGE`` (KaTeX errors, broken images, links) and, with
-   ``ATTENTION_SCREENSHOTS=1``, the light scheme's full-page screenshot; then the
-   PageWatcher's records so far (requests that left the site or failed, console errors,
-   uncaught exceptions) are copied. They are copied *before* axe is injected, so that
-   nothing axe does can count against the page.
-3. **axe**: transitions off (``NO_TRANSITIONS``), axe injected, repeated code and math
-   styles marked (``MARK_REPEATED_STYLES``), and axe started; the verdict is collected
-   later. Nothing before this step scrolls the page or changes its styles (beyond
-   ``lay_out_everything``, which axe always had): axe sees the page at the top, as a
-   reader opens it, as on a load of its own, only later (fonts ready, images decoded).
-   A screenshot run (``make screenshots``) skips axe: its full-page screenshots resize
-   the viewport, and it would triple the run for a verdict nobody reads.
-4. **figures and code cells**, after the verdict: ``VISIBLE_FIGURES`` scrolls each figure
-   into view and ``OVERFLOWING_CODE`` measures the code cells. They run after axe because
-   scrolling would change what axe sees (Material's header and tabs react to it), while
-   axe's leftovers change nothing they measure: the ``data-axe-repeat`` attributes match
-   no style, and with transitions and animations off every element simply shows its end
-   state at once. Every image was already loaded eagerly in step 1, which changes no
-   figure's verdict either: which render shows is decided by the scheme's CSS, its size
-   by the layout, and each shown image is still scrolled to and decoded.
+1. **load, as a reader opens the page, and axe**: ``goto`` until the load event, a pause
+   of 300 ms, and ``axe.run(document)``: no options, nothing turned off, nothing
+   scrolled or laid out beforehand. This is how a reader runs
+   axe on the page (issue 34; a run with transitions off and every block laid out
+   reported 0 where a reader's found 18 nodes), so its verdict is the one the site is
+   held to, every node of every impact (``READER_AXE``). axe-core is in the page from
+   the start (an init script of the context), inert until ``axe.run``, and requests
+   nothing. Off-site requests are blocked (and recorded) from the first request on, so
+   none can stall a load.
+2. **the whole page laid out**: the verdict collected, Material's palette read (the axe
+   test fails on a page left in the other scheme: its run would prove nothing), then
+   every block laid out (``lay_out_everything``: site.css lays out only the blocks near
+   the screen), the fonts ready and every image asked for and decoded; then
+   ``INSPECT_PAGE`` (KaTeX errors, broken images, links) and, with
+   ``ATTENTION_SCREENSHOTS=1``, the light scheme's full-page screenshot. Then axe again,
+   on what step 1 could not see (``LAID_OUT_AXE``): a page opened at the top has most of
+   its blocks not laid out yet, and axe takes what lies outside a block's box as off
+   screen, so the rules whose verdict depends on what is on screen (``LAYOUT_RULES``)
+   run again on the page laid out as a reader who scrolls through it sees each block.
+   Every other rule reads the document, which laying it out does not change.
+3. **figures and code cells**: ``VISIBLE_FIGURES`` scrolls each figure into view and
+   ``OVERFLOWING_CODE`` measures the code cells; then the PageWatcher's records (requests
+   that left the site or failed, console errors, uncaught exceptions, from the first
+   request to the last probe) are copied and the tab is closed.
+
+A screenshot run (``make screenshots``) skips axe: its full-page screenshots resize the
+viewport, and it would triple the run for a verdict nobody reads.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +65,9 @@ AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
 
 SCREENSHOTS = ROOT / "build" / "screenshots"
 
+# How long a reader's run waits after the load event before it starts axe (issue 34: 3 s
+# gives the same nodes).
+READER_PAUSE_MS = 300
 
 # Figures load lazily; a page is judged with all of its images asked for.
 LOAD_ALL_IMAGES = """async () => {
@@ -87,36 +89,61 @@ INSPECT_PAGE = """() => {
   };
 }"""
 
-# Starts axe in the page and parks the promise of its verdict on `window`, so that the
-# Python side can start the other scheme's audit before collecting this one. Only
-# violations are asked for (passes and incomplete results cost time on long pages), and
-# only nodes whose own impact is serious or critical are kept: a rule's impact is merely
-# the worst of its nodes'.
-START_AXE = """() => {
-  const blocking = ['serious', 'critical'];
-  axe.configure({ rules: [{ id: 'color-contrast', selector: ':not([data-axe-repeat])' }] });
-  window.__axeVerdict = axe.run(document, { resultTypes: ['violations'] }).then((results) =>
-    results.violations.flatMap((rule) =>
-      rule.nodes
-        .filter((node) => blocking.includes(node.impact))
-        .map((node) => ({
-          rule: rule.id,
-          impact: node.impact,
-          target: node.target.join(' '),
-          summary: (node.failureSummary || rule.help).replace(/\\s+/g, ' ').trim(),
-        }))));
-}"""
+# Every node of every violation, whatever its impact, as one list.
+_VIOLATION_NODES = """(results) => results.violations.flatMap((rule) =>
+  rule.nodes.map((node) => ({
+    rule: rule.id,
+    impact: node.impact || rule.impact || 'unknown',
+    target: node.target.join(' '),
+    summary: (node.failureSummary || rule.help).replace(/\\s+/g, ' ').trim(),
+  })))"""
+
+# The page's own content, the element whose blocks site.css lays out lazily.
+CONTENT = ".md-content__inner"
+
+# Called as soon as the page's document exists: waits for the load event and the
+# reader's pause, then runs axe as a reader does, axe.run(document) with no options, and
+# parks the promise of its verdict on `window`, so that the other scheme's step runs
+# while this page loads and axe works. (A screenshot run only waits; a page whose load
+# event never comes fails instead of hanging the walk.)
+READER_AXE = f"""([pause, withAxe]) => {{
+  const loaded = document.readyState === 'complete' ? Promise.resolve() : new Promise(
+    (resolve, reject) => {{
+      addEventListener('load', resolve, {{ once: true }});
+      setTimeout(() => reject(new Error('no load event after 60 s')), 60000);
+    }});
+  window.__axeVerdict = loaded
+    .then(() => new Promise((resolve) => setTimeout(resolve, pause)))
+    .then(() => (withAxe ? axe.run(document).then({_VIOLATION_NODES}) : null));
+}}"""
 AXE_VERDICT = "() => window.__axeVerdict"
+
+# The rules whose verdict depends on where things are on screen: in axe-core 4.14 they
+# are those that call isVisibleOnScreen or measure boxes (colour contrast and the colour
+# of links in text, scroll boxes, target sizes, labels that must be visible). On a page
+# opened at the top, axe sees each block that is not laid out yet only as far as its
+# placeholder box (site.css): these rules run again with every block laid out.
+LAYOUT_RULES = [
+    "color-contrast",
+    "link-in-text-block",
+    "scrollable-region-focusable",
+    "target-size",
+    "label",
+    "button-name",
+    "input-button-name",
+    "input-image-alt",
+    "select-name",
+]
 
 # color-contrast costs one query of the layout engine per text element, and most text
 # elements on these pages are syntax-highlighting tokens and KaTeX glyph boxes: up to
 # 3,000 on a page, drawn in a dozen or two distinct styles. Two elements with the same
 # colour, font size and weight, text shadow, opacity and background behind them have the
 # same contrast, so of each such style inside code and typeset math only one element is
-# left to color-contrast (every other rule still sees every element): the first that is
-# not scrolled out of sight in its box, where axe could only say "incomplete". A style
-# with no such element keeps all of its elements. This cuts axe's time per page by about
-# two thirds without hiding a colour from it.
+# left to color-contrast in the laid-out run (every other rule still sees every element,
+# and the reader's run sees every element it can see): the first that is not scrolled out
+# of sight in its box, where axe could only say "incomplete". A style with no such
+# element keeps all of its elements. A failing style is then one node, not one per token.
 MARK_REPEATED_STYLES = """() => {
   const leaves = document.querySelectorAll(
     'pre span:not(:has(*)), .katex-html span:not(:has(*))');
@@ -155,12 +182,15 @@ MARK_REPEATED_STYLES = """() => {
   return { leaves: leaves.length, styles: byLook.size };
 }"""
 
-# Material animates colour changes (header, palette switch). Measured mid-transition, a
-# colour is neither the light nor the dark one, so transitions are switched off before axe
-# reads any colour.
-NO_TRANSITIONS = (
-    "*, *::before, *::after { transition: none !important; animation: none !important; }"
-)
+# Starts the second run: the layout rules alone, on the laid-out page, repeated styles
+# left out of color-contrast, and on the page's content alone: its blocks are what
+# content-visibility leaves unlaid (site.css); the header, the menus and the footer are
+# laid out the same for both runs, and the reader's run saw them.
+LAID_OUT_AXE = f"""(rules) => {{
+  axe.configure({{ rules: [{{ id: 'color-contrast', selector: ':not([data-axe-repeat])' }}] }});
+  window.__axeVerdict = axe.run({{ include: ['{CONTENT}'] }}, {{ runOnly: rules }})
+    .then({_VIOLATION_NODES});
+}}"""
 
 # Per figure: which of its two renders is displayed, and at what size. An explorer's
 # static figure is hidden once the live explorer replaces it (test_explorers.py checks
@@ -244,7 +274,8 @@ class PageRecord:
     failed: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)  # INSPECT_PAGE
-    axe: list[dict[str, str]] | None = None  # START_AXE's verdict; None: axe did not run
+    axe: list[dict[str, str]] | None = None  # READER_AXE's nodes; None: axe did not run
+    axe_laid_out: list[dict[str, str]] | None = None  # LAID_OUT_AXE's nodes
     figures: list[list[dict[str, Any]]] = field(default_factory=list)  # VISIBLE_FIGURES
     overflowing_code: list[str] = field(default_factory=list)  # OVERFLOWING_CODE
 
@@ -266,33 +297,27 @@ class SiteWalk:
 
 def walk_site(browser, site: Path, site_url: str) -> SiteWalk:  # type: ignore[no-untyped-def]
     """Load every page of ``site`` once in each scheme and record what the tests need."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
     origin = urlparse(site_url).netloc
     pages = site_pages(site)
     screenshots = bool(os.environ.get("ATTENTION_SCREENSHOTS"))
     if screenshots:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with_axe = AXE.is_file() and not screenshots
+    records: dict[tuple[str, str], PageRecord] = {}
 
-    def start(tab, record: PageRecord) -> None:  # type: ignore[no-untyped-def]
-        """Steps 1-3: load, inspect, and start axe (module docstring)."""
+    def visit(tab, record: PageRecord) -> Iterator[None]:  # type: ignore[no-untyped-def]
+        """The three steps of one page's visit (module docstring); each ``yield`` hands
+        the turn to the other scheme while this page's axe works."""
         watcher = PageWatcher(tab, origin)
-        tab.goto(urljoin(site_url, record.page), wait_until="load")
-        # Material's bundle applies the palette matching the media query once it runs.
-        # A page that never gets it is recorded as it is; the axe test fails on it.
-        with contextlib.suppress(PlaywrightTimeout):
-            tab.wait_for_function(
-                "s => document.body.getAttribute('data-md-color-scheme') === s",
-                arg=SCHEMES[record.scheme],
-                timeout=10_000,
-            )
+        # 1. As a reader opens it, and axe as a reader runs it (in the page, from as soon
+        # as its document exists: a goto that waited for the load event here would hold
+        # the other scheme's walk up for the whole load).
+        tab.goto(urljoin(site_url, record.page), wait_until="commit")
+        tab.evaluate(READER_AXE, [READER_PAUSE_MS, with_axe])
+        yield
+        record.axe = tab.evaluate(AXE_VERDICT)
+        # 2. The whole page laid out, inspected, and the layout rules again.
         record.palette = tab.evaluate("() => document.body.getAttribute('data-md-color-scheme')")
-        # Then the network quiet as well: "networkidle" alone is not enough, since on a
-        # busy machine the parser can still be working through a long page (inline SVG
-        # figures) after 500 ms without requests, before the scripts at the end of the
-        # body have run. The load event comes after them.
-        tab.wait_for_load_state("networkidle")
         lay_out_everything(tab)
         # KaTeX's fonts load asynchronously; wait for them before judging and capturing.
         tab.evaluate("() => document.fonts.ready.then(() => true)")
@@ -301,48 +326,55 @@ def walk_site(browser, site: Path, site_url: str) -> SiteWalk:  # type: ignore[n
         if screenshots and record.scheme == "light":
             name = record.page.strip("/").replace("/", "__") or "index"
             tab.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+        if with_axe:
+            tab.evaluate(MARK_REPEATED_STYLES)
+            tab.evaluate(LAID_OUT_AXE, LAYOUT_RULES)
+            yield
+            record.axe_laid_out = tab.evaluate(AXE_VERDICT)
+        # 3. Figures and code cells (they scroll, so after axe), then what the page did.
+        record.figures = tab.evaluate(VISIBLE_FIGURES)
+        record.overflowing_code = tab.evaluate(OVERFLOWING_CODE)
         record.left_site = list(watcher.left_site)
         record.failed = list(watcher.failed)
         record.errors = list(watcher.errors)
-        if with_axe:
-            tab.add_style_tag(content=NO_TRANSITIONS)
-            tab.add_script_tag(path=str(AXE))
-            tab.evaluate(MARK_REPEATED_STYLES)
-            tab.evaluate(START_AXE)
 
-    def finish(tab, record: PageRecord) -> None:  # type: ignore[no-untyped-def]
-        """Step 4: collect axe's verdict, then look at the figures and code cells."""
-        if with_axe:
-            record.axe = tab.evaluate(AXE_VERDICT)
-        record.figures = tab.evaluate(VISIBLE_FIGURES)
-        record.overflowing_code = tab.evaluate(OVERFLOWING_CODE)
-        tab.close()
+    def walk(context, scheme: str, pages: list[str]) -> Iterator[None]:  # type: ignore[no-untyped-def]
+        """Every page in one scheme, a step at a time."""
+        for rel in pages:
+            record = records[rel, scheme] = PageRecord(rel, scheme)
+            tab = context.new_page()
+            try:
+                yield from visit(tab, record)
+            except Exception as error:
+                # A page that never loads, or a probe that fails, names page and scheme.
+                raise RuntimeError(f"{record.where}: {error}") from error
+            finally:
+                tab.close()
 
     contexts = {
         scheme: browser.new_context(color_scheme=scheme, viewport=VIEWPORT, service_workers="block")
         for scheme in SCHEMES
     }
-    records: dict[tuple[str, str], PageRecord] = {}
-    started: dict[str, tuple[Any, PageRecord]] = {}  # per scheme: the tab axe runs in
+    if with_axe:
+        for context in contexts.values():
+            # axe-core in every page from its start: an init script is compiled once for
+            # the context, where a script tag added to each page cost 0.35 s a page. It
+            # defines `axe` and does nothing until axe.run.
+            context.add_init_script(path=str(AXE))
     try:
-        for rel in pages:
-            for scheme, context in contexts.items():
-                if scheme in started:
-                    _naming_the_page(finish, *started.pop(scheme))
-                record = records[rel, scheme] = PageRecord(rel, scheme)
-                started[scheme] = (context.new_page(), record)
-                _naming_the_page(start, *started[scheme])
-        while started:
-            _naming_the_page(finish, *started.popitem()[1])
+        side_by_side([walk(context, scheme, pages) for scheme, context in contexts.items()])
     finally:
         for context in contexts.values():
             context.close()
     return SiteWalk(pages, records)
 
 
-def _naming_the_page(step, tab, record: PageRecord) -> None:  # type: ignore[no-untyped-def]
-    """Run one step of the walk; an error (a page that never loads) names page and scheme."""
-    try:
-        step(tab, record)
-    except Exception as error:
-        raise RuntimeError(f"{record.where}: {error}") from error
+def side_by_side(walks: list[Iterator[None]]) -> None:
+    """Run walks a step at a time, one step of each in turn, until all have ended.
+
+    A walk's step starts work in its page (a load, axe) and yields; while the next walk's
+    step runs, that work goes on in the first page's renderer, on the other core."""
+    while walks:
+        for steps in list(walks):
+            if next(steps, StopIteration) is StopIteration:
+                walks.remove(steps)

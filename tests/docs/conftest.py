@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import BUILD, ROOT
+from tests.docs._phone import PhoneWalk, walk_phones
 from tests.docs._walk import SiteWalk, walk_site
 
 # The repository the test build names (the Pages workflow passes the real one).
@@ -133,3 +134,10 @@ def site_walk(browser, built_site: Path, site_url: str) -> SiteWalk:
     Session-scoped, so that test_browser.py and test_accessibility.py share one walk: the
     first test to ask for it pays for the whole walk (axe is most of it)."""
     return walk_site(browser, built_site, site_url)
+
+
+@pytest.fixture(scope="session")
+def phone_walk(browser, built_site: Path, site_url: str) -> PhoneWalk:
+    """Every page loaded once on a phone (390 x 844) with JavaScript on and once with it
+    off, side by side, with what test_mobile.py and test_math.py assert on (``_phone.py``)."""
+    return walk_phones(browser, built_site, site_url)

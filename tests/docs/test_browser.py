@@ -142,3 +142,32 @@ def test_lazy_layout_still_lands_links_on_their_heading(
             assert shown and shown[0].bounding_box()["height"] > 50
     finally:
         page.close()
+
+
+# Material's palette while the page is parsed: recorded as soon as the content is in the
+# document, before the deferred scripts (Material's bundle among them) have run.
+SCHEME_WHILE_PARSING = """
+new MutationObserver((_, observer) => {
+  if (!document.querySelector('.md-content')) return;
+  window.__schemeWhileParsing = document.body.getAttribute('data-md-color-scheme');
+  observer.disconnect();
+}).observe(document, { childList: true, subtree: true });
+"""
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_a_first_visit_is_in_the_readers_scheme_from_the_start(
+    browser, site_url: str, scheme: str
+) -> None:
+    """A first visit has no palette stored, and the page must still be parsed and styled
+    in the reader's scheme, not switched once Material's bundle runs: a dark-mode reader
+    saw the page flash light, and links that content-visibility had not laid out yet
+    faded from the light link colour when they were (docs_build/theme.py)."""
+    context = browser.new_context(color_scheme=scheme, service_workers="block")
+    context.add_init_script(SCHEME_WHILE_PARSING)
+    try:
+        page = context.new_page()
+        page.goto(urljoin(site_url, "concepts/masks/"), wait_until="load")
+        assert page.evaluate("() => window.__schemeWhileParsing") == SCHEMES[scheme]
+    finally:
+        context.close()

@@ -94,6 +94,29 @@ def test_code_line_ids_are_numbered_in_page_order() -> None:
     assert 'href="#__codelineno-1-1"' in out
 
 
+def test_section_menus_are_named_after_their_section_or_the_build_stops() -> None:
+    menu = (
+        '<nav class="md-nav" data-md-level="1" aria-labelledby="__nav_4_label"'
+        ' aria-expanded="true">\n  <label class="md-nav__title" for="__nav_4">\n'
+        '    <span class="md-nav__icon md-icon"></span>\n    API "reference"\n  </label>'
+    )
+    out = accessibility.named_section_menus(menu)
+    assert out.startswith(
+        '<nav class="md-nav" data-md-level="1" aria-label="API &quot;reference&quot;"'
+        ' aria-expanded="true">'
+    )
+    assert accessibility.named_section_menus(out) == out
+    with pytest.raises(BuildError, match="section's menu"):
+        accessibility.named_section_menus('<nav class="md-nav" aria-labelledby="__nav_2_label">')
+
+
+def test_empty_header_cells_become_ordinary_cells() -> None:
+    row = '<tr><th></th><th style="text-align: right;"> </th><th>row 0</th></tr>'
+    assert accessibility.no_empty_header_cells(row) == (
+        '<tr><td></td><td style="text-align: right;"> </td><th>row 0</th></tr>'
+    )
+
+
 def _typesetter_knowing(tex: str, display: bool, typeset_html: str) -> math.Typesetter:
     """A typesetter whose cache already holds one formula: no Node.js process needed."""
     typesetter = math.Typesetter(ROOT / "docs" / math.KATEX_JS)
@@ -139,6 +162,18 @@ def test_the_header_is_fixed_or_the_build_stops() -> None:
         theme.header_fixes('<div role="dialog" class="md-search">')
     with pytest.raises(BuildError, match="repository link"):
         theme.header_fixes('<a class="md-source" data-md-component="source">')
+
+
+def test_the_readers_palette_applies_before_the_page_is_styled() -> None:
+    palette = (
+        '<input class="md-option" data-md-color-media="(prefers-color-scheme: dark)">'
+        '<script>var palette=__md_get("__palette");if(palette){}</script><main></main>'
+    )
+    out = theme.header_fixes(palette)
+    assert out == palette.replace("</script>", "</script>" + theme.MATCHING_PALETTE, 1)
+    assert theme.header_fixes(out) == out
+    with pytest.raises(BuildError, match="palette script"):
+        theme.header_fixes('<input class="md-option" data-md-color-media="(x)"><script>')
 
 
 # --- figures, Markdown, llms.txt -----------------------------------------------------

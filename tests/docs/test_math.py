@@ -12,13 +12,12 @@ import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import urljoin
 
 import pytest
 
 from docs_build import math
 from tests.conftest import ROOT
-from tests.docs._pages import lay_out_everything
+from tests.docs._phone import PhoneWalk
 
 KATEX_JS = ROOT / "docs" / "assets" / "vendor" / "katex" / "katex.min.js"
 
@@ -154,54 +153,22 @@ def test_search_index_has_no_tex_and_no_pilcrows(built_site: Path) -> None:
     assert "softmax((QK<sup>⊤</sup>)/√" in texts
 
 
-# Runs in the page. Width the math adds beyond what the page needs without it: on a
-# 390 px screen no formula may make the page scroll sideways. KaTeX's fonts set the
-# widths, so they must have loaded first.
-MATH_OVERFLOW = """async () => {
-  await document.fonts.ready;
-  const width = () => document.documentElement.scrollWidth;
-  const withMath = width();
-  const style = document.createElement('style');
-  style.textContent = '.arithmatex { display: none !important }';
-  document.head.append(style);
-  const withoutMath = width();
-  style.remove();
-  return {
-    formulas: document.querySelectorAll('.katex').length,
-    widths: { withMath, withoutMath, viewport: document.documentElement.clientWidth },
-  };
-}"""
+@pytest.mark.browser
+def test_no_raw_tex_without_javascript_on_a_phone(phone_walk: PhoneWalk) -> None:
+    """Every page, JavaScript off, 390 px wide: the math is there, typeset, and fits.
 
-# Runs in the page: the text a reader sees, less code (where TeX may be shown on purpose).
-VISIBLE_TEXT = """() => {
-  document.querySelectorAll('pre, code').forEach((el) => el.remove());
-  return document.body.innerText;
-}"""
-
-
-def test_no_raw_tex_without_javascript_on_a_phone(browser, built_site: Path, site_url: str) -> None:
-    """Every page, JavaScript off, 390 px wide: the math is there, typeset, and fits."""
-    pages = sorted(
-        ("" if p.parent == built_site else p.parent.relative_to(built_site).as_posix() + "/")
-        for p in built_site.rglob("index.html")
-    )
-    assert len(pages) > 20
-    context = browser.new_context(
-        java_script_enabled=False, viewport={"width": 390, "height": 844}, service_workers="block"
-    )
-    page = context.new_page()
+    The pages are loaded by the ``phone_walk`` session fixture, side by side with
+    test_mobile.py's load of each with JavaScript on (``_phone.py`` holds the probes,
+    ``MATH_WIDTH`` and ``VISIBLE_TEXT``)."""
+    assert len(phone_walk.pages) > 20
     problems: list[str] = []
     formulas = 0
-    for rel in pages:
-        page.goto(urljoin(site_url, rel), wait_until="load")
-        lay_out_everything(page)
-        math = page.evaluate(MATH_OVERFLOW)
-        formulas += math["formulas"]
-        widths = math["widths"]
+    for record in phone_walk.without_js:
+        formulas += record.math["formulas"]
+        widths = record.math["widths"]
         if widths["withMath"] > max(widths["withoutMath"], widths["viewport"]):
-            problems.append(f"/{rel}: math widens the page at 390 px: {widths}")
-        problems += raw_math_in(page.evaluate(VISIBLE_TEXT), f"/{rel}")
-    context.close()
+            problems.append(f"/{record.page}: math widens the page at 390 px: {widths}")
+        problems += raw_math_in(record.text, f"/{record.page}")
     assert not problems, "\n".join(problems)
     assert formulas >= MIN_FORMULAS
 

@@ -147,7 +147,9 @@ function sdpaPlayground(root, state) {
       el("th", { scope: "col", text: "key" }),
       el("th", { scope: "col", text: "score" }),
       el("th", { scope: "col", text: "weight" }),
-      el("th", { scope: "col", text: "" }))),
+      // The bars repeat the weights: their column has no header of its own (an empty
+      // <th> is a blank header a screen reader announces for every bar).
+      el("td", {}))),
     el("tbody", {}, ...rows.map(r => r.row)))
   const summary = el("p", { class: "explorer-summary", "aria-live": "polite" })
 
@@ -465,8 +467,9 @@ function onlineSoftmaxStepper(root, state) {
 // --- 4. The head view of a trained model (attention.viz.HeadView) ----------------------
 
 async function headView(root, state) {
-  addStylesheet("head_view.css")
+  const styled = addStylesheet("head_view.css")
   const { mountHeadView } = await import("./head_view.js")
+  await styled
   mountHeadView(root, state)
 }
 
@@ -477,22 +480,33 @@ const EXPLORERS = {
   "head-view": headView,
 }
 
+/** Load a stylesheet of the explorers once; resolves when it applies (or failed). An
+ * explorer is shown only then: shown before, its buttons took Material's colours (the
+ * light scheme's indigo, 2.3:1 on the dark background) and faded to their own. */
 function addStylesheet(name = "explorers.css") {
   const href = new URL(name, import.meta.url).href
-  if (!document.querySelector(`link[href="${href}"]`)) {
-    document.head.append(el("link", { rel: "stylesheet", href }))
+  let link = document.querySelector(`link[href="${href}"]`)
+  if (!link) {
+    link = el("link", { rel: "stylesheet", href })
+    link.loaded = new Promise(resolve => {
+      link.addEventListener("load", resolve, { once: true })
+      link.addEventListener("error", resolve, { once: true })
+    })
+    document.head.append(link)
   }
+  return link.loaded ?? Promise.resolve()
 }
 
 /** Build the explorer for `root` (once), hiding the static figure it replaces. */
 export async function mount(root) {
   if (root.dataset.mounted) return
   root.dataset.mounted = "starting"
-  addStylesheet()
+  const styled = addStylesheet()
   const build = EXPLORERS[root.dataset.explorer]
   if (!build) throw new Error(`no explorer named ${root.dataset.explorer}`)
   const live = el("div", { class: "explorer-live" })
   await build(live, JSON.parse(root.dataset.state))
+  await styled
   root.querySelector(".explorer-static")?.setAttribute("hidden", "")
   root.append(live)
   root.dataset.mounted = "true"
