@@ -770,3 +770,26 @@ def check_sinks(sinks: object, query: Tensor) -> Tensor:
     if not torch.isfinite(sinks).all():
         raise ValueError("sinks must be finite: a sink of -inf is no sink, +inf takes all")
     return sinks
+
+
+def check_decay(name: str, decay: object, shapes: dict[str, tuple[int, ...]]) -> Tensor:
+    """Require a decay (a forget gate) of values in (0, 1], of one of ``shapes``.
+
+    ``shapes`` maps what each accepted shape means to the shape, for example
+    ``{"per head": (H,), "per step": (B, H, L), "per step and channel": (B, H, L, D)}``:
+    the error lists them all. A decay of 0 erases the state outright, which its
+    logarithm (every form but the recurrent one works in log space) cannot represent;
+    a decay above 1 makes the state grow without bound.
+    """
+    decay = check_tensor(name, decay, min_ndim=1)
+    if tuple(decay.shape) not in shapes.values():
+        accepted = ", ".join(f"{what} {shape}" for what, shape in shapes.items())
+        raise ValueError(f"{name} must have one of the shapes {accepted}; got {shape_str(decay)}")
+    outside = ~((decay > 0) & (decay <= 1))  # NaN is outside too
+    if outside.any():
+        worst = decay[outside].flatten()[0].item()
+        raise ValueError(
+            f"{name} must lie in (0, 1] (the share of the state kept per step); "
+            f"got {int(outside.sum())} values outside, e.g. {worst}"
+        )
+    return decay
