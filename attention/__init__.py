@@ -15,6 +15,13 @@ from attention.approximate import (
     performer_attention,
     random_features,
 )
+from attention.delta_rule import delta_rule_attention
+from attention.differential import (
+    differential_attention,
+    differential_lambda,
+    differential_lambda_init,
+    gated_attention_output,
+)
 from attention.efficient import (
     block_sparse_attention,
     flash_attention,
@@ -22,9 +29,11 @@ from attention.efficient import (
     sliding_window_attention,
 )
 from attention.functional import attention_weights, scaled_dot_product_attention
+from attention.indexer import indexer_scores, topk_keys, topk_mask, topk_sparse_attention
 from attention.kv_cache import KVCache
 from attention.latent import LatentCache, MultiHeadLatentAttention, kv_cache_numbers_per_token
 from attention.layer_patterns import interleaved_layer_types, kv_cache_positions
+from attention.linear_decay import decayed_linear_attention
 from attention.masks import (
     block_sparse_mask,
     causal_mask,
@@ -53,6 +62,7 @@ from attention.positional import (
 )
 from attention.sinks import sink_attention
 from attention.softcap import soft_cap, softcap_score_mod
+from attention.state_space import ssd
 from attention.viz import (
     HeadView,
     attention_entropy,
@@ -83,8 +93,15 @@ __all__ = [
     "block_sparse_mask",
     "causal_mask",
     "combine_masks",
+    "decayed_linear_attention",
+    "delta_rule_attention",
+    "differential_attention",
+    "differential_lambda",
+    "differential_lambda_init",
     "favor_features",
     "flash_attention",
+    "gated_attention_output",
+    "indexer_scores",
     "interleaved_layer_types",
     "kv_cache_numbers_per_token",
     "kv_cache_positions",
@@ -110,7 +127,11 @@ __all__ = [
     "sliding_window_mask",
     "soft_cap",
     "softcap_score_mod",
+    "ssd",
     "strided_layout",
+    "topk_keys",
+    "topk_mask",
+    "topk_sparse_attention",
 ]
 
 # The version's one home is git (setuptools-scm, at build); the installed metadata holds it.

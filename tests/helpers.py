@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from attention import rope_frequencies
+
 
 def make_qkv(
     *lead: int,
@@ -28,3 +30,13 @@ def make_qkv(
     k = torch.randn(*kv_lead, S, D, generator=g, dtype=torch.float64).to(dtype)
     v = torch.randn(*kv_lead, S, Dv, generator=g, dtype=torch.float64).to(dtype)
     return q, k, v
+
+
+def rope_tables(
+    n: int, dim: int, base: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(cos, sin)`` as Transformers' rotary modules return them, ``(1, n, dim)``."""
+    inv_freq, _ = rope_frequencies(dim, base=base)  # float64
+    angles = torch.arange(n, dtype=torch.float64).unsqueeze(-1) * inv_freq  # (n, dim / 2)
+    emb = torch.cat([angles, angles], dim=-1)  # (n, dim): each angle twice, as HF lays it out
+    return emb.cos().to(dtype).unsqueeze(0), emb.sin().to(dtype).unsqueeze(0)
