@@ -793,3 +793,156 @@ def check_decay(name: str, decay: object, shapes: dict[str, tuple[int, ...]]) ->
             f"got {int(outside.sum())} values outside, e.g. {worst}"
         )
     return decay
+
+
+def check_real(name: str, value: object) -> float:
+    """Require a finite real number (not a bool); any ``numbers.Real``, NumPy's included."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be a real number; got {type(value).__name__}")
+    if not math.isfinite(float(value)):
+        raise ValueError(f"{name} must be finite; got {value}")
+    return float(value)
+
+
+def check_shape(name: str, t: object, shape: tuple[int, ...], letters: str) -> Tensor:
+    """Require a floating-point tensor of exactly ``shape``, which ``letters`` names.
+
+    ``letters`` spells the shape out for the message, e.g. ``"(B, H, L)"``.
+    """
+    t = check_tensor(name, t, min_ndim=1)
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name} must have shape {letters} = {shape}; got {shape_str(t)}")
+    return t
+
+
+def check_companion(name: str, t: Tensor, like_name: str, like: Tensor) -> None:
+    """Require a companion of the input ``like`` on its device, in its dtype or float32.
+
+    A gate, a parameter or a state: models often keep them in float32 beside
+    half-precision inputs, and the computation runs in float32 for those. ``like_name``
+    names the input in the messages, e.g. ``"the query"`` or ``"x"``.
+    """
+    if t.dtype not in (like.dtype, torch.float32):
+        also = "" if like.dtype == torch.float32 else " or torch.float32"
+        raise TypeError(f"{name} must have {like_name}'s dtype {like.dtype}{also}; got {t.dtype}")
+    if t.device != like.device:
+        raise ValueError(f"{name} must be on {like_name}'s device {like.device}; got {t.device}")
+
+
+def check_linear_recurrence_call(
+    query: object,
+    key: object,
+    value: object,
+    decay: object,
+    *,
+    forms: Sequence[str],
+    form: object,
+    chunk_size: object,
+    scale: object,
+    enable_gqa: object,
+    initial_state: object,
+    return_state: object,
+) -> tuple[int, float | None]:
+    """Require a call of `attention.linear_decay.decayed_linear_attention`.
+
+    Query, key and value exactly ``(B, H, L, D)``, ``(B, Hkv, L, D)``, ``(B, Hkv, L,
+    Dv)``: one sequence, nothing broadcast (``check_query_key_value`` allows both); a
+    decay of one of its three shapes and a state ``(B, H, D, Dv)``, both companions of
+    the query. Returns the checked ``chunk_size`` and ``scale`` (``None``: the default).
+    """
+    check_choice("form", form, forms)
+    chunk_size = check_size("chunk_size", chunk_size, minimum=1)
+    enable_gqa = check_flag("enable_gqa", enable_gqa)
+    check_flag("return_state", return_state)
+    query = check_tensor("query", query, min_ndim=4)
+    key = check_tensor("key", key, min_ndim=4)
+    value = check_tensor("value", value, min_ndim=4)
+    check_same_dtype_and_device(query=query, key=key, value=value)
+    got = f"got query {shape_str(query)}, key {shape_str(key)}, value {shape_str(value)}"
+    if not query.ndim == key.ndim == value.ndim == 4:
+        raise ValueError(
+            f"query, key and value must be 4-D, (B, H, L, D), (B, H, L, D) and (B, H, L, Dv); {got}"
+        )
+    B, H, L, D = query.shape
+    Hk, Hv = key.shape[1], value.shape[1]
+    if key.shape[0] != B or value.shape[0] != B or key.shape[2] != L or value.shape[2] != L:
+        raise ValueError(f"query, key and value must share the batch size B and length L; {got}")
+    if key.shape[3] != D:
+        raise ValueError(f"query and key must have the same head size D; {got}")
+    if not enable_gqa and not H == Hk == Hv:
+        raise ValueError(
+            "query, key and value must have the same number of heads H, or pass "
+            f"enable_gqa=True for fewer key/value heads; {got}"
+        )
+    if enable_gqa and (0 in (Hk, Hv) or H % Hk or H % Hv):
+        raise ValueError(
+            "with enable_gqa=True the key and value head counts must divide the query's "
+            f"H = {H}; {got}"
+        )
+    if decay is not None:
+        shapes = {"per head": (H,), "per step": (B, H, L), "per step and channel": (B, H, L, D)}
+        check_companion("decay", check_decay("decay", decay, shapes), "the query", query)
+    if initial_state is not None:
+        Dv = value.shape[-1]
+        state = check_shape("initial_state", initial_state, (B, H, D, Dv), "(B, H, D, Dv)")
+        check_companion("initial_state", state, "the query", query)
+    return chunk_size, check_scale(scale)
+
+
+def check_topk_indices(indices: object, S: int) -> Tensor:
+    """Require an integer ``(..., L, k)`` tensor of key indices in ``[-1, S)``, ``k <= S``.
+
+    No key twice in a row: gathered twice, it would count twice in the softmax, where a
+    mask can choose it only once.
+    """
+    if not isinstance(indices, Tensor):
+        raise TypeError(f"indices must be a torch.Tensor; got {type(indices).__name__}")
+    if indices.dtype == torch.bool or indices.is_floating_point() or indices.is_complex():
+        raise TypeError(f"indices must be an integer tensor (int32 or int64); got {indices.dtype}")
+    if indices.ndim < 2:
+        raise ValueError(f"indices must be (..., L, k), at least 2-D; got {shape_str(indices)}")
+    if indices.shape[-1] > S:
+        raise ValueError(
+            f"indices choose k = {indices.shape[-1]} keys per query from only S = {S} keys: "
+            f"k must be at most S; got indices {shape_str(indices)}"
+        )
+    if indices.numel() == 0:
+        return indices
+    low, high = int(indices.min()), int(indices.max())
+    if low < -1 or high >= S:
+        bad = low if low < -1 else high
+        raise ValueError(f"indices must lie in [0, S) = [0, {S}), or be -1 for no key; got {bad}")
+    ordered = indices.sort(dim=-1).values
+    repeated = (ordered[..., 1:] == ordered[..., :-1]) & (ordered[..., 1:] >= 0)
+    if repeated.any():
+        row = repeated.any(dim=-1).nonzero()[0].tolist()
+        raise ValueError(
+            f"indices must not choose a key twice for one query; row {tuple(row)} does: "
+            f"{indices[tuple(row)].tolist()}"
+        )
+    return indices
+
+
+def check_lambda(lambda_full: object, query: Tensor) -> Tensor:
+    """``lambda_full`` as a tensor ``()`` or ``(H, 1, 1)``: broadcasts over ``(..., H, L, Dv)``.
+
+    A number becomes a float64 tensor: a Python float is a double, and float32 would
+    round it.
+    """
+    if not isinstance(lambda_full, Tensor):
+        value = check_real("lambda_full", lambda_full)
+        return torch.tensor(value, dtype=torch.float64, device=query.device)
+    lam = check_tensor("lambda_full", lambda_full, min_ndim=0)
+    H = query.shape[-3] if query.ndim >= 3 else None
+    if lam.ndim == 1 and H is not None and lam.shape == (H,):
+        lam = lam.view(H, 1, 1)
+    elif lam.ndim != 0:
+        expected = f"() or ({H},), one per head" if H is not None else "()"
+        raise ValueError(f"lambda_full must have shape {expected}; got {shape_str(lam)}")
+    if lam.device != query.device:
+        raise ValueError(
+            f"lambda_full must be on the query's device {query.device}; got {lam.device}"
+        )
+    if not torch.isfinite(lam).all():
+        raise ValueError("lambda_full must be finite")
+    return lam

@@ -91,10 +91,12 @@ from torch import Tensor
 
 from attention._checks import (
     check_choice,
+    check_companion,
     check_decay,
     check_flag,
     check_same_dtype_and_device,
     check_scale,
+    check_shape,
     check_size,
     check_tensor,
     shape_str,
@@ -206,8 +208,8 @@ def delta_rule_attention(
     Raises:
         TypeError: If an input is not a floating-point tensor, query, key and value
             differ in dtype, ``beta``, ``decay`` or ``initial_state`` has neither the
-            query's dtype nor (for float16/bfloat16 queries) float32, ``chunk_size`` is
-            not an int, or ``return_state`` is not a bool.
+            query's dtype nor float32, ``chunk_size`` is not an int, or ``return_state``
+            is not a bool.
         ValueError: If a shape does not fit ``(B, H, L, D)``, a tensor is on another
             device, ``beta`` is not finite, ``decay`` lies outside (0, 1], ``form`` is
             unknown, ``chunk_size < 1`` or ``scale`` is not finite.
@@ -245,6 +247,8 @@ def delta_rule_attention(
         With $\beta = 1$ and a unit key, one step stores the value at the key, whatever
         the state held there before:
 
+        >>> import torch
+        >>> from attention import delta_rule_attention
         >>> k1 = torch.tensor([0.6, 0.8]).view(1, 1, 1, 2)  # (B, H, L, D), unit norm
         >>> v1 = torch.tensor([3.0, -1.0]).view(1, 1, 1, 2)
         >>> _, S = delta_rule_attention(
@@ -392,20 +396,17 @@ def _prepare(
         )
     Dv = value.shape[-1]
 
-    beta = _check_companion("beta", beta, query, {"(B, H, L)": (B, H, L)})
+    beta = check_shape("beta", beta, (B, H, L), "(B, H, L)")
+    check_companion("beta", beta, "the query", query)
     if not torch.isfinite(beta).all():
         raise ValueError("beta must be finite: the writing strength of each step and head")
     if decay is not None:
-        shapes = {
-            "per step and head (B, H, L)": (B, H, L),
-            "per step and key channel (B, H, L, D)": (B, H, L, D),
-        }
-        _check_companion("decay", decay, query, shapes)
+        shapes = {"per step and head": (B, H, L), "per step and key channel": (B, H, L, D)}
         decay = check_decay("decay", decay, shapes)
+        check_companion("decay", decay, "the query", query)
     if initial_state is not None:
-        initial_state = _check_companion(
-            "initial_state", initial_state, query, {"(B, H, D, Dv)": (B, H, D, Dv)}
-        )
+        initial_state = check_shape("initial_state", initial_state, (B, H, D, Dv), "(B, H, D, Dv)")
+        check_companion("initial_state", initial_state, "the query", query)
     check_choice("form", form, FORMS)
     chunk_size = check_size("chunk_size", chunk_size, minimum=1)
     scale = default_scale(query, check_scale(scale))
@@ -432,27 +433,3 @@ def _prepare(
         state=state,
     )
     return run, str(form), chunk_size, return_state
-
-
-def _check_companion(
-    name: str, t: object, query: Tensor, shapes: dict[str, tuple[int, ...]]
-) -> Tensor:
-    """Require ``beta``, ``decay`` or ``initial_state`` to fit the query.
-
-    One of ``shapes``, the query's device, and the query's dtype or the working dtype
-    (the models keep gates and state in float32 for bfloat16 weights).
-    """
-    t = check_tensor(name, t, min_ndim=1)
-    allowed = (query.dtype, working_dtype(query.dtype))
-    if t.dtype not in allowed:
-        also = f" or {allowed[1]}" if allowed[1] != allowed[0] else ""
-        raise TypeError(f"{name} must have the query's dtype {query.dtype}{also}; got {t.dtype}")
-    if t.device != query.device:
-        raise ValueError(
-            f"query and {name} must be on the same device; "
-            f"got query on {query.device}, {name} on {t.device}"
-        )
-    if tuple(t.shape) not in shapes.values():
-        accepted = " or ".join(f"{what} = {shape}" for what, shape in shapes.items())
-        raise ValueError(f"{name} must have shape {accepted}; got {shape_str(t)}")
-    return t

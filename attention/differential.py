@@ -32,15 +32,16 @@ query without dumping weight on a sink (`gated_attention_output`).
 from __future__ import annotations
 
 import math
-from numbers import Real
 
 import torch
 from torch import Tensor
 
 from attention._checks import (
     broadcasts_to,
+    check_lambda,
     check_query_key,
     check_query_key_value,
+    check_real,
     check_same_dtype_and_device,
     check_scale,
     check_size,
@@ -130,7 +131,7 @@ def differential_lambda(
     if len({t.shape for t in vectors.values()}) != 1:
         shapes = ", ".join(f"{name} {shape_str(t)}" for name, t in vectors.items())
         raise ValueError(f"the four lambda vectors must have the same shape (..., D); got {shapes}")
-    lambda_init = _check_real("lambda_init", lambda_init)
+    lambda_init = check_real("lambda_init", lambda_init)
 
     dtype = working_dtype(lambda_q1.dtype)
     q1, k1, q2, k2 = (t.to(dtype) for t in vectors.values())
@@ -235,9 +236,9 @@ def differential_attention(
             )
     mask = _checked_mask(attn_mask, is_causal, query1, key1, enable_gqa)
     scale = default_scale(query1, check_scale(scale))
-    lam = _check_lambda(lambda_full, query1)
+    lam = check_lambda(lambda_full, query1)
     if lambda_init is not None:
-        lambda_init = _check_real("lambda_init", lambda_init)
+        lambda_init = check_real("lambda_init", lambda_init)
 
     p1 = _attention_weights(query1, key1, mask, scale, enable_gqa)  # (..., H, L, S)
     p2 = _attention_weights(query2, key2, mask, scale, enable_gqa)  # (..., H, L, S)
@@ -294,34 +295,3 @@ def gated_attention_output(attn_output: Tensor, gate: Tensor) -> Tensor:
             f"got gate {shape_str(gate)}"
         )
     return attn_output * torch.sigmoid(gate)
-
-
-def _check_real(name: str, value: object) -> float:
-    """Require a finite real number (not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{name} must be a real number; got {type(value).__name__}")
-    if not math.isfinite(float(value)):
-        raise ValueError(f"{name} must be finite; got {value}")
-    return float(value)
-
-
-def _check_lambda(lambda_full: object, query: Tensor) -> Tensor:
-    """``lambda_full`` as a tensor ``()`` or ``(H, 1, 1)``: broadcasts over ``(..., H, L, Dv)``."""
-    if not isinstance(lambda_full, Tensor):
-        # float64: a Python float is a double, and float32 would round it
-        value = _check_real("lambda_full", lambda_full)
-        return torch.tensor(value, dtype=torch.float64, device=query.device)
-    lam = check_tensor("lambda_full", lambda_full, min_ndim=0)
-    H = query.shape[-3] if query.ndim >= 3 else None
-    if lam.ndim == 1 and H is not None and lam.shape == (H,):
-        lam = lam.view(H, 1, 1)
-    elif lam.ndim != 0:
-        expected = f"() or ({H},), one per head" if H is not None else "()"
-        raise ValueError(f"lambda_full must have shape {expected}; got {shape_str(lam)}")
-    if lam.device != query.device:
-        raise ValueError(
-            f"lambda_full must be on the query's device {query.device}; got {lam.device}"
-        )
-    if not torch.isfinite(lam).all():
-        raise ValueError("lambda_full must be finite")
-    return lam

@@ -69,6 +69,7 @@ from attention._checks import (
     check_scale,
     check_size,
     check_tensor,
+    check_topk_indices,
     shape_str,
 )
 from attention._heads import share_heads
@@ -244,7 +245,7 @@ def topk_mask(indices: Tensor, S: int) -> Tensor:
                 [ True, False,  True]])
     """
     S = check_size("S", S)
-    indices = _check_indices(indices, S)
+    indices = check_topk_indices(indices, S)
     # Slot -1 writes into an extra column S, which is then dropped.
     columns = torch.where(indices < 0, S, indices.long())  # (..., L, k)
     chosen = torch.zeros(*indices.shape[:-1], S + 1, dtype=torch.bool, device=indices.device)
@@ -318,7 +319,7 @@ def topk_sparse_attention(
             )
     H, L, D = query.shape[-3:]
     S, Dv = key.shape[-2], value.shape[-1]
-    indices = _check_indices(indices, S)
+    indices = check_topk_indices(indices, S)
     if indices.shape[-2] != L:
         raise ValueError(
             f"indices must be (..., L, k) with one row per query, L = {L} for query "
@@ -372,37 +373,3 @@ def _gather_rows(t: Tensor, indices: Tensor) -> Tensor:
     rows = indices.clamp(min=0).long().flatten(-2)[..., None, :, None]  # (..., 1, L * k, 1)
     rows = rows.expand(*batch, Hkv, L * k, width)  # the same rows for every head and feature
     return t.gather(-2, rows).unflatten(-2, (L, k))  # type: ignore[no-untyped-call,no-any-return]
-
-
-def _check_indices(indices: object, S: int) -> Tensor:
-    """Require an integer ``(..., L, k)`` tensor of key indices in ``[-1, S)``, ``k <= S``.
-
-    No key twice in a row: gathered twice, it would count twice in the softmax, where a
-    mask can choose it only once.
-    """
-    if not isinstance(indices, Tensor):
-        raise TypeError(f"indices must be a torch.Tensor; got {type(indices).__name__}")
-    if indices.dtype == torch.bool or indices.is_floating_point() or indices.is_complex():
-        raise TypeError(f"indices must be an integer tensor (int32 or int64); got {indices.dtype}")
-    if indices.ndim < 2:
-        raise ValueError(f"indices must be (..., L, k), at least 2-D; got {shape_str(indices)}")
-    if indices.shape[-1] > S:
-        raise ValueError(
-            f"indices choose k = {indices.shape[-1]} keys per query from only S = {S} keys: "
-            f"k must be at most S; got indices {shape_str(indices)}"
-        )
-    if indices.numel() == 0:
-        return indices
-    low, high = int(indices.min()), int(indices.max())
-    if low < -1 or high >= S:
-        bad = low if low < -1 else high
-        raise ValueError(f"indices must lie in [0, S) = [0, {S}), or be -1 for no key; got {bad}")
-    ordered = indices.sort(dim=-1).values
-    repeated = (ordered[..., 1:] == ordered[..., :-1]) & (ordered[..., 1:] >= 0)
-    if repeated.any():
-        row = repeated.any(dim=-1).nonzero()[0].tolist()
-        raise ValueError(
-            f"indices must not choose a key twice for one query; row {tuple(row)} does: "
-            f"{indices[tuple(row)].tolist()}"
-        )
-    return indices

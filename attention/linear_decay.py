@@ -45,16 +45,7 @@ from typing import Literal, NamedTuple, overload
 import torch
 from torch import Tensor
 
-from attention._checks import (
-    check_choice,
-    check_decay,
-    check_flag,
-    check_same_dtype_and_device,
-    check_scale,
-    check_size,
-    check_tensor,
-    shape_str,
-)
+from attention._checks import check_linear_recurrence_call
 from attention._heads import repeat_heads
 from attention._kernels import default_scale, working_dtype
 
@@ -151,8 +142,7 @@ def decayed_linear_attention(
             heads. The state stays per query head (the decay may differ per head).
         initial_state: $S_{-1}$, ``(B, H, D, Dv)``, as returned by an earlier call with
             ``return_state=True``: running a sequence's first part and then the rest
-            from its state equals running the whole. Its dtype is the working one: the
-            query's, or float32 for float16/bfloat16 queries.
+            from its state equals running the whole. The query's dtype, or float32.
         return_state: Also return the state after the last position.
 
     Returns:
@@ -162,8 +152,8 @@ def decayed_linear_attention(
 
     Raises:
         TypeError: If an input is not a floating-point tensor, dtypes differ (the decay
-            may also be float32, the state must be in the working dtype), ``chunk_size``
-            is not an int, ``scale`` not a real number, or a flag not a bool.
+            and the state may also be float32), ``chunk_size`` is not an int, ``scale``
+            not a real number, or a flag not a bool.
         ValueError: If a tensor is not 4-D, shapes do not fit together (each message
             shows the shapes expected and received), head counts do not divide ``H``,
             the decay has none of the accepted shapes or a value outside $(0, 1]$,
@@ -187,6 +177,8 @@ def decayed_linear_attention(
         The three forms agree, here with a GLA-style gate per step and key channel, and
         a prefix's state continues the sequence:
 
+        >>> import torch
+        >>> from attention import decayed_linear_attention
         >>> _ = torch.manual_seed(0)
         >>> q, k = torch.randn(2, 2, 3, 10, 8, dtype=torch.float64)  # (B, H, L, D) each
         >>> v = torch.randn(2, 3, 10, 5, dtype=torch.float64)  # (B, H, L, Dv)
@@ -202,15 +194,26 @@ def decayed_linear_attention(
         >>> torch.allclose(torch.cat([first, rest], dim=2), outs[0], rtol=0, atol=1e-12)
         True
     """
-    call = _check_call(
-        query, key, value, decay, form, chunk_size, scale, enable_gqa, initial_state, return_state
+    chunk_size, checked_scale = check_linear_recurrence_call(
+        query,
+        key,
+        value,
+        decay,
+        forms=FORMS,
+        form=form,
+        chunk_size=chunk_size,
+        scale=scale,
+        enable_gqa=enable_gqa,
+        initial_state=initial_state,
+        return_state=return_state,
     )
+    call = _prepare(query, key, value, decay, checked_scale, initial_state)
     if call.q.shape[-2] == 0:
         out, state = call.q.new_zeros(*call.q.shape[:-1], call.v.shape[-1]), call.state
     elif form == "recurrent":
         out, state = _recurrent(call.q, call.k, call.v, call.log_decay, call.state)
     else:
-        size = call.q.shape[-2] if form == "parallel" else call.chunk_size
+        size = call.q.shape[-2] if form == "parallel" else chunk_size
         out, state = _chunked(call.q, call.k, call.v, call.log_decay, call.state, size)
     out = out.to(query.dtype)
     return (out, state) if return_state else out
@@ -224,97 +227,32 @@ class _Call(NamedTuple):
     v: Tensor  # (B, H, L, Dv)
     log_decay: Tensor  # (B, H, L, 1) for a scalar decay, (B, H, L, D) per channel
     state: Tensor  # (B, H, D, Dv)
-    chunk_size: int
 
 
-def _check_call(
-    query: object,
-    key: object,
-    value: object,
-    decay: object,
-    form: object,
-    chunk_size: object,
-    scale: object,
-    enable_gqa: object,
-    initial_state: object,
-    return_state: object,
+def _prepare(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    decay: Tensor | None,
+    scale: float | None,
+    initial_state: Tensor | None,
 ) -> _Call:
-    """Validate a call once, at the door, into the `_Call` the forms read."""
-    check_choice("form", form, FORMS)
-    chunk_size = check_size("chunk_size", chunk_size, minimum=1)
-    enable_gqa = check_flag("enable_gqa", enable_gqa)
-    check_flag("return_state", return_state)
-    query = check_tensor("query", query, min_ndim=4)
-    key = check_tensor("key", key, min_ndim=4)
-    value = check_tensor("value", value, min_ndim=4)
-    check_same_dtype_and_device(query=query, key=key, value=value)
-    got = f"got query {shape_str(query)}, key {shape_str(key)}, value {shape_str(value)}"
-    if not query.ndim == key.ndim == value.ndim == 4:
-        raise ValueError(
-            f"query, key and value must be 4-D, (B, H, L, D), (B, H, L, D) and (B, H, L, Dv); {got}"
-        )
+    """Lay a checked call out as the forms read it (`check_linear_recurrence_call`)."""
     B, H, L, D = query.shape
-    Dv = value.shape[-1]
-    Hk, Hv = key.shape[1], value.shape[1]
-    if key.shape[0] != B or value.shape[0] != B or key.shape[2] != L or value.shape[2] != L:
-        raise ValueError(f"query, key and value must share the batch size B and length L; {got}")
-    if key.shape[3] != D:
-        raise ValueError(f"query and key must have the same head size D; {got}")
-    if not enable_gqa and not H == Hk == Hv:
-        raise ValueError(
-            "query, key and value must have the same number of heads H, or pass "
-            f"enable_gqa=True for fewer key/value heads; {got}"
-        )
-    if enable_gqa and (0 in (Hk, Hv) or H % Hk or H % Hv):
-        raise ValueError(
-            "with enable_gqa=True the key and value head counts must divide the query's "
-            f"H = {H}; {got}"
-        )
-
     dtype = working_dtype(query.dtype)
-    q = query.to(dtype) * default_scale(query, check_scale(scale))
+    q = query.to(dtype) * default_scale(query, scale)
     k = repeat_heads(key.to(dtype), H)  # (B, H, L, D): one state per query head
     v = repeat_heads(value.to(dtype), H)  # (B, H, L, Dv)
-
     if decay is None:
         log_decay = q.new_zeros(B, H, L, 1)
     else:
-        shapes = {
-            "per head": (H,),
-            "per step": (B, H, L),
-            "per step and channel": (B, H, L, D),
-        }
-        decay = check_decay("decay", decay, shapes)
-        _check_dtype_and_device("decay", decay, query, (query.dtype, torch.float32))
         log_decay = decay.to(dtype).log()
         if decay.ndim == 1:
             log_decay = log_decay.view(1, H, 1, 1).expand(B, H, L, 1)
         elif decay.ndim == 3:
             log_decay = log_decay.unsqueeze(-1)  # (B, H, L, 1)
-
-    if initial_state is None:
-        state = q.new_zeros(B, H, D, Dv)
-    else:
-        state = check_tensor("initial_state", initial_state, min_ndim=1)
-        if tuple(state.shape) != (B, H, D, Dv):
-            raise ValueError(
-                f"initial_state must have shape (B, H, D, Dv) = {(B, H, D, Dv)}; "
-                f"got {shape_str(state)}"
-            )
-        _check_dtype_and_device("initial_state", state, query, (dtype,))
-    return _Call(q, k, v, log_decay, state, chunk_size)
-
-
-def _check_dtype_and_device(
-    name: str, t: Tensor, query: Tensor, dtypes: tuple[torch.dtype, ...]
-) -> None:
-    if t.dtype not in dtypes:
-        accepted = " or ".join(str(d) for d in dict.fromkeys(dtypes))
-        raise TypeError(
-            f"{name} must have dtype {accepted} (query is {query.dtype}); got {t.dtype}"
-        )
-    if t.device != query.device:
-        raise ValueError(f"{name} must be on the query's device {query.device}; got {t.device}")
+    state = q.new_zeros(B, H, D, v.shape[-1]) if initial_state is None else initial_state.to(dtype)
+    return _Call(q, k, v, log_decay, state)
 
 
 def _advance(state: Tensor, log_decay: Tensor, key: Tensor, value: Tensor) -> Tensor:

@@ -44,8 +44,10 @@ import torch
 from torch import Tensor
 
 from attention._checks import (
+    check_companion,
     check_flag,
     check_same_dtype_and_device,
+    check_shape,
     check_tensor,
     shape_str,
 )
@@ -135,8 +137,7 @@ def ssd(
         chunk_size: Positions per chunk of the chunked form (``L`` need not be a
             multiple).
         initial_state: $h_{-1}$, ``(B, H, P, N)``: the layout of Transformers' Mamba-2
-            cache and of the state this function returns. In the working dtype (x's,
-            or float32 for float16/bfloat16).
+            cache and of the state this function returns. In x's dtype, or float32.
         return_state: Also return $h$ after the last position.
 
     Returns:
@@ -144,12 +145,13 @@ def ssd(
             state ``(B, H, P, N)`` in the working dtype).
 
     Raises:
-        TypeError: If an input is not a floating-point tensor, dtypes differ (``A`` and
-            ``D`` may also be float32), or a flag is not a bool.
+        TypeError: If an input is not a floating-point tensor, dtypes differ (``A``,
+            ``D`` and ``initial_state`` may also be float32), or a flag is not a bool.
         ValueError: If a shape does not fit (each message shows the expected and the
             received shapes), ``G`` does not divide ``H``, ``dt`` is negative or not
-            finite, ``A`` is positive or not finite, or a ``decayed_linear_attention``
-            argument (``form``, ``chunk_size``, ``initial_state``) is refused.
+            finite, ``A`` is positive or not finite, a tensor is on another device, or
+            a ``decayed_linear_attention`` argument (``form``, ``chunk_size``) is
+            refused.
 
     Examples:
         One head, $N = 1$, $B = C = 1$, $\Delta = 1$ and $A = \log 0.5$: each step
@@ -170,6 +172,8 @@ def ssd(
 
         The scan and the attention form agree, for 4 heads in 2 groups:
 
+        >>> import torch
+        >>> from attention import ssd
         >>> _ = torch.manual_seed(0)
         >>> x = torch.randn(2, 30, 4, 3, dtype=torch.float64)  # (B, L, H, P)
         >>> dt = torch.rand(2, 30, 4, dtype=torch.float64)  # (B, L, H)
@@ -184,37 +188,35 @@ def ssd(
     if x.ndim != 4:
         raise ValueError(f"x must be 4-D, (B, L, H, P); got {shape_str(x)}")
     batch, L, H, P = x.shape
-    dt = _check_shape("dt", dt, (batch, L, H), "(B, L, H)")
-    A = _check_shape("A", A, (H,), "(H,)")
+    dt = check_shape("dt", dt, (batch, L, H), "(B, L, H)")
+    A = check_shape("A", A, (H,), "(H,)")
     B = check_tensor("B", B, min_ndim=1)
     if B.ndim != 4 or B.shape[:2] != (batch, L):
         raise ValueError(
             f"B must have shape (B, L, G, N) = ({batch}, {L}, G, N); got {shape_str(B)}"
         )
     G, N = B.shape[2:]
-    C = _check_shape("C", C, tuple(B.shape), "(B, L, G, N) like B")
+    C = check_shape("C", C, tuple(B.shape), "(B, L, G, N) like B")
     if G == 0 or H % G:
         raise ValueError(
             f"the number of groups G must divide the number of heads H = {H}; "
             f"got B {shape_str(B)}, x {shape_str(x)}"
         )
     check_same_dtype_and_device(x=x, dt=dt, B=B, C=C)
-    _check_float32_or(x, A=A)
+    check_companion("A", A, "x", x)  # A and D: parameters, often float32 beside a half x
     if D is not None:
-        D = _check_shape("D", D, (H,), "(H,)")
-        _check_float32_or(x, D=D)
+        D = check_shape("D", D, (H,), "(H,)")
+        check_companion("D", D, "x", x)
     check_flag("return_state", return_state)
     if not bool(torch.isfinite(dt).all() and (dt >= 0).all()):
         raise ValueError("dt must hold finite step sizes >= 0 (after softplus)")
     if not bool(torch.isfinite(A).all() and (A <= 0).all()):
         raise ValueError(f"A must hold finite values <= 0 (A = -exp(A_log)); got {A.tolist()}")
     if initial_state is not None:
-        initial_state = check_tensor("initial_state", initial_state, min_ndim=1)
-        if tuple(initial_state.shape) != (batch, H, P, N):
-            raise ValueError(
-                f"initial_state must have shape (B, H, P, N) = {(batch, H, P, N)}; "
-                f"got {shape_str(initial_state)}"
-            )
+        initial_state = check_shape(
+            "initial_state", initial_state, (batch, H, P, N), "(B, H, P, N)"
+        )
+        check_companion("initial_state", initial_state, "x", x)
         initial_state = initial_state.transpose(-2, -1)  # (B, H, N, P), the (D, Dv) layout
 
     dtype = working_dtype(x.dtype)
@@ -242,19 +244,3 @@ def ssd(
         y = (y.to(dtype) + D.to(dtype).unsqueeze(-1) * x.to(dtype)).to(x.dtype)
     state = state.transpose(-2, -1)  # (B, H, N, P) -> (B, H, P, N), Mamba-2's layout
     return (y, state) if return_state else y
-
-
-def _check_shape(name: str, t: object, shape: tuple[int, ...], letters: str) -> Tensor:
-    t = check_tensor(name, t, min_ndim=1)
-    if tuple(t.shape) != shape:
-        raise ValueError(f"{name} must have shape {letters} = {shape}; got {shape_str(t)}")
-    return t
-
-
-def _check_float32_or(x: Tensor, **tensors: Tensor) -> None:
-    """``A`` and ``D`` are parameters, often kept in float32 beside a half-precision x."""
-    for name, t in tensors.items():
-        if t.dtype not in (x.dtype, torch.float32):
-            raise TypeError(f"{name} must have x's dtype {x.dtype} or float32; got {t.dtype}")
-        if t.device != x.device:
-            raise ValueError(f"{name} must be on x's device {x.device}; got {t.device}")

@@ -8,7 +8,14 @@ import re
 import pytest
 import torch
 
-from attention._checks import check_cap, check_key_padding_mask, check_sinks
+from attention._checks import (
+    check_cap,
+    check_companion,
+    check_key_padding_mask,
+    check_real,
+    check_shape,
+    check_sinks,
+)
 from tests.conftest import ROOT
 
 B, S = 2, 7
@@ -93,3 +100,26 @@ def test_cap_and_sinks_checks() -> None:
         check_sinks(torch.zeros(2, 4), query)
     with pytest.raises(ValueError, match=r"query must be \(\.\.\., H, L, D\).*got \(5, 6\)"):
         check_sinks(sinks, torch.zeros(5, 6))
+
+
+def test_companion_shape_and_real_checks() -> None:
+    import numpy as np
+
+    # check_companion: what linear_decay, state_space and delta_rule each checked alone.
+    half = torch.zeros(3, dtype=torch.bfloat16)
+    check_companion("decay", torch.zeros(3), "the query", half)  # float32 beside bfloat16
+    check_companion("decay", half, "the query", half)
+    message = r"A must have x's dtype torch.bfloat16 or torch.float32; got torch.float64$"
+    with pytest.raises(TypeError, match=message):
+        check_companion("A", half.double(), "x", half)
+    with pytest.raises(TypeError, match=r"x's dtype torch.float32; got torch.float16$"):
+        check_companion("A", half.half(), "x", half.float())
+    with pytest.raises(ValueError, match=r"beta must be on the query's device cpu; got meta"):
+        check_companion("beta", torch.zeros(3, device="meta"), "the query", half.float())
+    assert check_shape("dt", torch.zeros(2, 3), (2, 3), "(B, L)").shape == (2, 3)
+    with pytest.raises(ValueError, match=r"dt must have shape \(B, L\) = \(2, 3\); got \(3, 2\)$"):
+        check_shape("dt", torch.zeros(3, 2), (2, 3), "(B, L)")
+    assert check_real("lambda_init", np.float32(0.5)) == 0.5
+    for value, error in [(True, TypeError), ("1", TypeError), (float("nan"), ValueError)]:
+        with pytest.raises(error, match="lambda_init must be"):
+            check_real("lambda_init", value)

@@ -268,7 +268,12 @@ def bad_calls() -> list[tuple[str, Call, type[Exception], str]]:
         ("decay zero", call(decay=torch.zeros(H)), ValueError, r"decay must lie in \(0, 1\]"),
         ("decay > 1", call(decay=torch.full((H,), 1.5)), ValueError, r"decay.*e\.g\. 1\.5"),
         ("decay nan", call(decay=torch.full((H,), math.nan)), ValueError, r"decay.*\(0, 1\]"),
-        ("decay dtype", call(decay=gamma.half()), TypeError, r"decay must have dtype"),
+        (
+            "decay dtype",
+            call(decay=gamma.half()),
+            TypeError,
+            r"decay must have the query's dtype torch.float32; got torch.float16",
+        ),
         ("form", call(form="scan"), ValueError, r"form must be one of .*'scan'"),
         ("chunk 0", call(chunk_size=0), ValueError, r"chunk_size must be >= 1; got 0"),
         ("chunk float", call(chunk_size=4.0), TypeError, r"chunk_size must be an int"),
@@ -285,7 +290,7 @@ def bad_calls() -> list[tuple[str, Call, type[Exception], str]]:
             "state dtype",
             call(initial_state=state.double()),
             TypeError,
-            r"initial_state must have dtype torch.float32.*got torch.float64",
+            r"initial_state must have the query's dtype torch.float32; got torch.float64",
         ),
     ]
 

@@ -300,7 +300,7 @@ def bad_calls() -> list[tuple[str, Call, type[Exception], str]]:
     ]
     types_ = [
         ("dtype", {"B": a.B.double()}, r"x and B must have the same dtype"),
-        ("A dtype", {"A": a.A.half()}, r"A must have x's dtype torch.float32 or float32"),
+        ("A dtype", {"A": a.A.half()}, r"A must have x's dtype torch.float32; got torch.float16"),
     ]
     return [(what, call(**c), ValueError, m) for what, c, m in shapes] + [
         (what, call(**c), TypeError, m) for what, c, m in types_
