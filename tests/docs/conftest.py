@@ -1,87 +1,33 @@
 """Fixtures that build the documentation site once per session, serve it locally, and walk
-it on a desktop (light and dark) and on a phone (JavaScript on and off), the build and the
-walks in a process of their own beside the rest of the suite (``_background.py``)."""
+it once in a light and a dark browser for the desktop browser tests."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import http.server
 import os
 import shutil
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import BUILD
-from tests.docs._background import Background
-from tests.docs._phone import PhoneWalk
-from tests.docs._walk import SiteWalk
+from tests.conftest import BUILD, ROOT
+from tests.docs._phone import PhoneWalk, walk_phones
+from tests.docs._walk import SiteWalk, walk_site
 
 # The repository the test build names (the Pages workflow passes the real one).
 TEST_REPO_URL = "https://github.com/example/attention-by-running"
 
 
-def build_env() -> dict[str, str]:
-    """The environment of the test build: ``make docs``'s, and what the tests need."""
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    # Headless CI often sets this; a kernel that inherited it once drew no figure at all.
-    # Building with it set proves the build chooses the tutorials' backend itself.
-    env["MPLBACKEND"] = "Agg"
-    # Every warning the build's code raises, once per place, in the log (Python hides
-    # DeprecationWarnings outside __main__): test_site fails on any.
-    env["PYTHONWARNINGS"] = "default"
-    # The Pages workflow passes the real repository; the tests need one to check the
-    # repository, "edit this page" and Colab links against.
-    env.setdefault("REPO_URL", TEST_REPO_URL)
-    return env
-
-
-# The build and the walks, started as soon as the session knows it needs them.
-_background: list[Background] = []
-
-
-def _needs(item: pytest.Item, fixture: str) -> bool:
-    return fixture in getattr(item, "fixturenames", ())
-
-
-@pytest.hookimpl(trylast=True)  # after -k and -m have deselected what will not run
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Start the build (and the walks the collected tests need) in a process of their
-    own, and run first the tests that need neither, then those that need only the site,
-    then those that read a walk (``_background.py``). Within each part the order is
-    pytest's."""
-    if config.option.collectonly or not any(_needs(item, "built_site") for item in items):
-        return
-    walks = [
-        name
-        for name, fixture in (("desktop", "site_walk"), ("phone", "phone_walk"))
-        if any(_needs(item, fixture) for item in items)
-    ]
-    items.sort(
-        key=lambda item: (
-            _needs(item, "site_walk") or _needs(item, "phone_walk"),
-            _needs(item, "built_site"),
-        )
-    )
-    prebuilt = os.environ.get("ATTENTION_PREBUILT_SITE")
-    site = Path(prebuilt) if prebuilt else BUILD / "test-site"
-    options = ["--prebuilt"] if prebuilt else []
-    _background.append(Background(BUILD / "background", site, build_env(), options + walks))
-
-
-def pytest_sessionfinish() -> None:
-    for background in _background:
-        background.stop()
-
-
 @pytest.fixture(scope="session")
 def built_site() -> Path:
-    """The site, built by ``mkdocs build --strict`` exactly as ``make docs`` builds it
-    (``_background.py``, started with the session), once the build is done.
+    """Run ``mkdocs build --strict`` exactly as ``make docs`` does and return the site.
 
     The tutorials come from the notebook cache where it holds their run (after
     ``make tutorials``, ``make docs`` or ``make serve``): its key covers everything a
@@ -92,17 +38,35 @@ def built_site() -> Path:
     ``ATTENTION_PREBUILT_SITE=path`` skips the build and uses that site instead: only for
     iterating on the browser tests locally, never in CI.
     """
-    (background,) = _background
-    if os.environ.get("ATTENTION_PREBUILT_SITE"):
-        return background.site
-    result = background.build_result()
-    if result["returncode"] != 0:
-        pytest.fail(f"mkdocs build --strict failed:\n{result['stdout']}\n{result['stderr']}")
-    site = background.site
-    (site / ".build-log").write_text(result["stderr"])
-    (site / ".build-seconds").write_text(f"{result['seconds']:.1f}")
-    cached = result["stderr"].count("executed from cache")
-    _build_seconds.append((result["seconds"], cached))
+    if prebuilt := os.environ.get("ATTENTION_PREBUILT_SITE"):
+        return Path(prebuilt)
+    site = BUILD / "test-site"
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    # Headless CI often sets this; a kernel that inherited it once drew no figure at all.
+    # Building with it set proves the build chooses the tutorials' backend itself.
+    env["MPLBACKEND"] = "Agg"
+    # Every warning the build's code raises, once per place, in the log (Python hides
+    # DeprecationWarnings outside __main__): test_site fails on any.
+    env["PYTHONWARNINGS"] = "default"
+    # The Pages workflow passes the real repository; the tests need one to check the
+    # repository, "edit this page" and Colab links against.
+    env.setdefault("REPO_URL", TEST_REPO_URL)
+    start = time.perf_counter()
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}")
+    (site / ".build-log").write_text(result.stderr)
+    seconds = time.perf_counter() - start
+    (site / ".build-seconds").write_text(f"{seconds:.1f}")
+    cached = result.stderr.count("executed from cache")
+    _build_seconds.append((seconds, cached))
     return site
 
 
@@ -122,10 +86,10 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-@contextlib.contextmanager
-def serve(site: Path) -> Iterator[str]:
-    """Serve ``site`` on 127.0.0.1 (a free port) while the block runs; yields its URL."""
-    handler = functools.partial(_QuietHandler, directory=str(site))
+@pytest.fixture(scope="session")
+def site_url(built_site: Path) -> Iterator[str]:
+    """Serve the built site on 127.0.0.1 (a free port) for the browser tests."""
+    handler = functools.partial(_QuietHandler, directory=str(built_site))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -134,13 +98,6 @@ def serve(site: Path) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
-
-
-@pytest.fixture(scope="session")
-def site_url(built_site: Path) -> Iterator[str]:
-    """Serve the built site on 127.0.0.1 (a free port) for the browser tests."""
-    with serve(built_site) as url:
-        yield url
 
 
 # Flags that work headless as root on a machine with no network (TOOLCHAIN.md).
@@ -155,54 +112,32 @@ CHROMIUM_ARGS = [
 ]
 
 
-def chromium_executable() -> str:
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium for every browser test of the session."""
+    sync_api = pytest.importorskip("playwright.sync_api")
     candidates = ("chromium", "chromium-browser", "google-chrome")
     executable = next(filter(None, map(shutil.which, candidates)), None)
     if executable is None:
-        raise RuntimeError(
-            "chromium is not installed: run `make browser` (or `make test`, which does it)"
-        )
-    return executable
-
-
-@pytest.fixture(scope="session")
-def browser():
-    """One headless Chromium for the browser tests of the session that load pages
-    themselves (the walks have their own, in ``_background.py``)."""
-    sync_api = pytest.importorskip("playwright.sync_api")
-    try:
-        executable = chromium_executable()
-    except RuntimeError as error:
-        pytest.fail(str(error))
+        pytest.fail("chromium is not installed: run `make browser` (or `make test`, which does it)")
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
 
 
-def _walk(name: str) -> Any:
-    """A walk's records from the background process, or the test fails with its error."""
-    (background,) = _background
-    records = background.walks_result()
-    if "error" in records:
-        pytest.fail(f"the browser walks failed in the background process:\n{records['error']}")
-    return records[name]
-
-
 @pytest.fixture(scope="session")
-def site_walk(built_site: Path) -> SiteWalk:
+def site_walk(browser, built_site: Path, site_url: str) -> SiteWalk:
     """Every page loaded once in a light and once in a dark browser, 1366 x 900, with what
     each desktop browser test asserts on recorded per page and scheme (``_walk.py``).
 
-    Walked in the background process while the tests that need no walk run, shared by
-    test_browser.py and test_accessibility.py."""
-    walk: SiteWalk = _walk("desktop")
-    return walk
+    Session-scoped, so that test_browser.py and test_accessibility.py share one walk: the
+    first test to ask for it pays for the whole walk (axe is most of it)."""
+    return walk_site(browser, built_site, site_url)
 
 
 @pytest.fixture(scope="session")
-def phone_walk(built_site: Path) -> PhoneWalk:
+def phone_walk(browser, built_site: Path, site_url: str) -> PhoneWalk:
     """Every page loaded once on a phone (390 x 844) with JavaScript on and once with it
     off, side by side, with what test_mobile.py and test_math.py assert on (``_phone.py``)."""
-    walk: PhoneWalk = _walk("phone")
-    return walk
+    return walk_phones(browser, built_site, site_url)
