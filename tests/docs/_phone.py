@@ -10,11 +10,7 @@ page loads on the second core.
 
 - **JavaScript on** (``test_mobile.py``): a phone (touch, no hover, the page laid out at
   the device width), off-site requests cut. The probe ``SIDEWAYS`` measures how wide
-  the document is and which elements stick out. Material's search index (1.6 MB) is
-  answered with an empty one: its worker indexed it afresh on every page, a third of
-  this walk's time (41 s of 67 loads against 28 s, measured), and nothing measured here
-  reads it (``test_search.py`` searches the real one, and the desktop walk loads it on
-  every page as a reader does).
+  the document is and which elements stick out.
 - **JavaScript off** (``test_math.py``): math typeset at build must be there and fit.
   ``MATH_WIDTH`` measures the width the formulas add, then ``VISIBLE_TEXT`` takes the
   text outside code (it removes the code from the page, so it comes last). With
@@ -23,7 +19,6 @@ page loads on the second core.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,10 +139,6 @@ def walk_phones(browser, site: Path, site_url: str) -> PhoneWalk:  # type: ignor
     pages = site_pages(site)
     with_js = [PhoneRecord(rel) for rel in pages]
     without_js = [PhoneRecord(rel) for rel in pages]
-    empty_index = json.dumps(
-        {"config": json.loads((site / "search" / "search_index.json").read_text())["config"]}
-        | {"docs": []}
-    )
 
     def walk_with_js(context) -> Iterator[None]:  # type: ignore[no-untyped-def]
         page = context.new_page()
@@ -176,10 +167,6 @@ def walk_phones(browser, site: Path, site_url: str) -> PhoneWalk:  # type: ignor
     # <meta name="viewport" content="width=device-width,initial-scale=1">).
     phone = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
     phone.route(lambda url: not url.startswith(site_url), lambda route: route.abort())
-    phone.route(
-        urljoin(site_url, "search/search_index.json"),
-        lambda route: route.fulfill(content_type="application/json", body=empty_index),
-    )
     no_js = browser.new_context(java_script_enabled=False, viewport=PHONE, service_workers="block")
     try:
         side_by_side([walk_with_js(phone), walk_without_js(no_js)])

@@ -31,14 +31,15 @@ from tests.conftest import ROOT
 # --- the steps on every finished page, in the plugin's order -------------------------
 
 
-def test_the_bundle_is_deferred_and_nothing_else() -> None:
+def test_the_bundle_is_deferred_after_the_lazy_search_script_and_nothing_else() -> None:
     page = (
-        '<script src="assets/javascripts/bundle.0123abcd.min.js"></script>'
-        '<script src="assets/javascripts/other.js"></script>'
+        '<script src="../../assets/javascripts/bundle.0123abcd.min.js"></script>'
+        '<script src="../../assets/javascripts/other.js"></script>'
     )
     assert loading.defer_bundle(page) == (
-        '<script src="assets/javascripts/bundle.0123abcd.min.js" defer></script>'
-        '<script src="assets/javascripts/other.js"></script>'
+        '<script src="../../assets/javascripts/lazy-search.js" defer></script>'
+        '<script src="../../assets/javascripts/bundle.0123abcd.min.js" defer></script>'
+        '<script src="../../assets/javascripts/other.js"></script>'
     )
 
 

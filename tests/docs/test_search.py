@@ -115,3 +115,42 @@ def test_queries_find_the_right_page(browser, site_url: str) -> None:
         assert not misses, f"the first result does not answer the query: {misses}"
     finally:
         page.close()
+
+
+INDEX = "search/search_index.json"
+
+
+@pytest.mark.parametrize("intent", ["key", "click"])  # Material's "/" key; the search field
+def test_the_index_is_fetched_only_when_the_reader_is_about_to_search(
+    browser, site_url: str, intent: str
+) -> None:
+    """A page opened fresh fetches no search index (1.6 MB, indexed in a worker on every
+    load); pressing Material's search key or clicking the search button fetches it, and
+    search then works (``docs/assets/javascripts/lazy-search.js``). On a phone the search
+    button is a label for Material's ``__search`` toggle: the script listens for that
+    toggle's change too."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
+    try:
+        page.goto(site_url + "concepts/masks/", wait_until="load")
+        page.wait_for_load_state("networkidle")
+        assert not [url for url in asked if url.endswith(INDEX)], "fetched before any search"
+        with page.expect_request(lambda request: request.url.endswith(INDEX)):
+            if intent == "key":
+                page.keyboard.press("/")
+            else:
+                page.locator(".md-search__input").click()
+        assert _top_pages(page, site_url, "kv cache")[0] in EXPECTED["kv cache"]
+    finally:
+        page.close()
+
+
+def test_a_page_opened_from_a_result_fetches_the_index_to_highlight(browser, site_url: str) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        with page.expect_request(lambda request: request.url.endswith(INDEX)):
+            page.goto(site_url + "concepts/masks/?h=causal", wait_until="load")
+        page.wait_for_selector("mark[data-md-highlight]", state="attached", timeout=15_000)
+    finally:
+        page.close()
