@@ -31,14 +31,26 @@ PUBLIC_OBJECTS = {
 }
 
 
+DIRECTIVE = r"^::: (attention\.[\w.]+)\n((?:[ \t]+.*\n?)*)"
+
+
 def documented_in_reference() -> set[str]:
-    """Qualified names rendered by mkdocstrings: `::: attention.module` with `members:`."""
+    """Qualified names rendered by mkdocstrings: `::: attention.module` with `members:`,
+    or one object on its own, `::: attention.module.name`."""
     names: set[str] = set()
     for page in REFERENCE.glob("*.md"):
         text = page.read_text()
-        for block in re.finditer(r"^::: (attention\.\w+)\n((?:[ \t]+.*\n?)*)", text, re.MULTILINE):
+        for block in re.finditer(
+            r"^::: (attention\.[\w.]+)\n((?:[ \t]+.*\n?)*)", text, re.MULTILINE
+        ):
+            path = block.group(1)
+            if path.rsplit(".", 1)[1] in getattr(
+                importlib.import_module(path.rsplit(".", 1)[0]), "__all__", ()
+            ):
+                names.add(path)
+                continue
             members = re.findall(r"^\s+- (\w+)\s*$", block.group(2), re.MULTILINE)
-            names.update(f"{block.group(1)}.{member}" for member in members)
+            names.update(f"{path}.{member}" for member in members)
     return names
 
 
