@@ -23,7 +23,7 @@
 # The [concept page](../../concepts/positional-information/) derives each
 # property; here we run them, using
 # [`attention.sinusoidal_encoding`](../../reference/positional/#attention.positional.sinusoidal_encoding),
-# [`attention.apply_rotary`](../../reference/positional/#attention.positional.apply_rotary)
+# [`attention.apply_rotary`](../../reference/rope/#attention.positional.apply_rotary)
 # and
 # [`attention.alibi_bias`](../../reference/positional/#attention.positional.alibi_bias).
 # Runs in a few seconds on a CPU.
