@@ -208,6 +208,58 @@ def test_a_function_defined_in_a_scripts_main_runs_on_forked_ranks(tmp_path: Pat
     assert done.stdout.splitlines() == ["[0, 7, 14]"]
 
 
+def _fail_to_join_on_rank_one(
+    monkeypatch: pytest.MonkeyPatch, failures_left: Path, times: int
+) -> None:
+    """Rank 1's first ``times`` joins raise gloo's loopback handshake failure (forked
+    ranks inherit the patch; the file counts across launches)."""
+    import torch.distributed as dist
+
+    join = dist.init_process_group
+    failures_left.write_text(str(times))
+
+    def flaky_join(*args: Any, **kwargs: Any) -> None:
+        left = int(failures_left.read_text())
+        if kwargs["rank"] == 1 and left > 0:
+            failures_left.write_text(str(left - 1))
+            raise RuntimeError("Gloo connectFullMesh failed with [pair.cc:553] Connection closed")
+        join(*args, **kwargs)
+
+    monkeypatch.setattr(dist, "init_process_group", flaky_join)
+
+
+@forks
+def test_a_failure_to_join_starts_the_ranks_again_and_runs_fn_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Gloo's handshake fails now and then on loopback (the launcher's docstring): no
+    rank has run ``fn`` yet, so the ranks start again, and ``fn`` runs once on each."""
+    _fail_to_join_on_rank_one(monkeypatch, tmp_path / "failures-left", times=2)
+    runs = tmp_path / "runs"
+
+    def record_rank() -> int:
+        import torch.distributed as dist
+
+        with runs.open("a") as log:
+            log.write(f"{dist.get_rank()}\n")
+        return dist.get_rank()
+
+    assert run_on_ranks(record_rank, 2, timeout=60) == [0, 1]
+    assert sorted(runs.read_text().split()) == ["0", "1"]
+
+
+@forks
+def test_a_rank_that_never_joins_fails_with_its_traceback_and_the_attempts(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _fail_to_join_on_rank_one(monkeypatch, tmp_path / "failures-left", times=3)
+    with pytest.raises(
+        RuntimeError,
+        match=r"(?s)^rank 1 of 2 failed:\nTraceback.*Connection closed.*joining failed 3 times",
+    ):
+        run_on_ranks(os.getpid, 2, timeout=60)
+
+
 @forks
 def test_a_result_that_cannot_be_pickled_fails_its_rank_with_the_reason() -> None:
     with pytest.raises(RuntimeError, match=r"(?s)^rank \d of 2 failed:.*Can't pickle local"):

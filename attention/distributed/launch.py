@@ -23,6 +23,13 @@ moment, held or not. Three things follow:
 * **Failures.** Each rank sends its outcome back through a pipe of its own before it
   leaves the group, stamped with the time: the first failure is the cause, and the
   ranks left waiting for the failed one fail after it.
+* **Joining again.** Gloo's handshake on loopback fails now and then: a rank's
+  ``init_process_group`` raises "Gloo connectFullMesh failed ... Connection closed by
+  peer" though every rank is alive (2 launches in 360, measured with six launchers at
+  once on two cores; PyTorch's own gloo tests flake the same way, pytorch/pytorch#53270).
+  No rank runs ``fn`` before every rank has joined (a barrier on the store, not on
+  gloo), so a failure while joining has run nothing of the caller's: the launcher then
+  stops the ranks and starts them again, at most ``_JOIN_ATTEMPTS`` times in all.
 """
 
 from __future__ import annotations
@@ -40,13 +47,15 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
 from torch.multiprocessing.spawn import ProcessContext, ProcessException, start_processes
 
 _HOST = "127.0.0.1"
+# Launches in all when gloo fails while the ranks join (see the module docstring).
+_JOIN_ATTEMPTS = 3
 # torch.distributed exports TCPStore without declaring it (mypy's strict mode asks that).
 _TCPStore = dist.TCPStore  # type: ignore[attr-defined]
 
@@ -118,6 +127,42 @@ def run_on_ranks(
         )
     threads = _threads(threads, world_size, method)
     deadline = time.monotonic() + timeout
+    for attempt in range(1, _JOIN_ATTEMPTS + 1):
+        try:
+            return _launch(fn, world_size, args, timeout, deadline, threads, method)
+        except _JoinError as failed:
+            if attempt == _JOIN_ATTEMPTS or time.monotonic() >= deadline:
+                raise RuntimeError(f"{failed.error} (joining failed {attempt} times)") from None
+    raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+class _Outcome(NamedTuple):
+    """What a rank sends back: its result or its traceback, when, and whether it joined."""
+
+    ok: bool
+    when: float
+    value: Any
+    joined: bool
+
+
+class _JoinError(Exception):
+    """The first rank to fail failed while joining the group: nothing of ``fn`` ran."""
+
+    def __init__(self, error: RuntimeError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _launch(
+    fn: Callable[..., Any],
+    world_size: int,
+    args: tuple[Any, ...],
+    timeout: float,
+    deadline: float,
+    threads: int,
+    method: str,
+) -> list[Any]:
+    """One launch of the ranks (see `run_on_ranks`); raises `_JoinError` to be retried."""
     mp_context = multiprocessing.get_context(method)
     pipes = [mp_context.Pipe(duplex=False) for _ in range(world_size)]
     writers = [writer for _, writer in pipes]
@@ -132,7 +177,7 @@ def run_on_ranks(
     for writer in writers:  # the ranks hold them now: a dead rank's pipe then reads EOF
         writer.close()
     readers = {reader: rank for rank, (reader, _) in enumerate(pipes)}
-    outcomes: dict[int, tuple[bool, float, Any]] = {}
+    outcomes: dict[int, _Outcome] = {}
     store = None
     try:
         # After the last fork (see the module docstring).
@@ -153,9 +198,9 @@ def run_on_ranks(
                 "all ranks were stopped"
             )
         _receive_ready(readers, outcomes)  # sent just before they exited
-        if len(outcomes) < world_size or not all(ok for ok, _, _ in outcomes.values()):
+        if len(outcomes) < world_size or not all(outcome.ok for outcome in outcomes.values()):
             raise _rank_error(outcomes, world_size, None)
-        return [outcomes[rank][2] for rank in range(world_size)]
+        return [outcomes[rank].value for rank in range(world_size)]
     finally:
         _stop(context.processes)
         for reader in readers:
@@ -193,7 +238,7 @@ def _threads(threads: int | None, world_size: int, method: str) -> int:
 def _supervise(
     context: ProcessContext,
     readers: dict[Connection, int],
-    outcomes: dict[int, tuple[bool, float, Any]],
+    outcomes: dict[int, _Outcome],
     deadline: float,
 ) -> None:
     """Read the ranks' outcomes as they come, until every rank has exited or time is up.
@@ -214,18 +259,18 @@ def _supervise(
 def _receive(
     reader: Connection,
     readers: dict[Connection, int],
-    outcomes: dict[int, tuple[bool, float, Any]],
+    outcomes: dict[int, _Outcome],
 ) -> None:
     """Read one rank's outcome, if it sent one (its pipe ends when the rank does)."""
     rank = readers.pop(reader)
     with contextlib.suppress(EOFError):  # it ended without a word: killed, os._exit
-        outcomes[rank] = pickle.loads(reader.recv_bytes())
+        outcomes[rank] = _Outcome(*pickle.loads(reader.recv_bytes()))
     reader.close()
 
 
 def _receive_ready(
     readers: dict[Connection, int],
-    outcomes: dict[int, tuple[bool, float, Any]],
+    outcomes: dict[int, _Outcome],
 ) -> None:
     """Read every outcome already sent (once the ranks have exited, none blocks)."""
     for reader in list(readers):
@@ -234,12 +279,15 @@ def _receive_ready(
 
 
 def _rank_error(
-    outcomes: dict[int, tuple[bool, float, Any]],
+    outcomes: dict[int, _Outcome],
     world_size: int,
     error: ProcessException | None,
-) -> RuntimeError:
-    """The error for the first rank that failed, with its traceback."""
-    failed = {rank: (when, text) for rank, (ok, when, text) in outcomes.items() if not ok}
+) -> RuntimeError | _JoinError:
+    """The error for the first rank that failed, with its traceback.
+
+    `_JoinError` when that rank failed while joining the group (nothing of ``fn`` ran).
+    """
+    failed = {rank: (o.when, o.value) for rank, o in outcomes.items() if not o.ok}
     if error is not None and error.error_index not in failed:
         # The first rank to exit with an error sent nothing: killed by a signal, a
         # crash in C, os._exit. The others' errors are about the rank that vanished.
@@ -252,7 +300,8 @@ def _rank_error(
         return RuntimeError(f"ranks {missing} of {world_size} exited without returning (os._exit?)")
     others = sorted(set(failed) - {first})
     after = f"\n(after it, ranks {others} failed too)" if others else ""
-    return RuntimeError(f"rank {first} of {world_size} failed:{cause}{after}")
+    failure = RuntimeError(f"rank {first} of {world_size} failed:{cause}{after}")
+    return _JoinError(failure) if first in failed and not outcomes[first].joined else failure
 
 
 def _stop(processes: list[Any]) -> None:
@@ -285,19 +334,28 @@ def _rank(
         if other is not results:  # so that a rank's pipe ends when that rank does
             other.close()
     wait = datetime.timedelta(seconds=timeout)
+    joined = False
     try:
         if not listening.wait(timeout):
             raise TimeoutError(f"the launcher's store did not start within {timeout} s")
         store = _TCPStore(_HOST, port.value, is_master=False, timeout=wait)
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=wait)
+        # No rank runs fn until all have joined: a failure to join then leaves nothing
+        # of fn's done, and the launcher may start again (see the module docstring).
+        # The barrier is the store's, which does not depend on gloo having connected.
+        if store.add("attention/joined", 1) == world_size:
+            store.set("attention/all-joined", "1")
+        store.wait(["attention/all-joined"])
+        joined = True
         returned = fn(*args)
         # Pickled by value here: a tensor sent through torch.multiprocessing would be
         # shared memory, which this process, about to exit, could not keep serving.
-        outcome = pickle.dumps((True, time.time(), returned))
+        outcome = pickle.dumps((True, time.time(), returned, joined))
     except BaseException:
         # Sent before leaving the group: the ranks this one leaves waiting fail after
         # it, and their errors ("connection closed") are stamped later than the cause.
-        results.send_bytes(pickle.dumps((False, time.time(), traceback.format_exc())))
+        failure = (False, time.time(), traceback.format_exc(), joined)
+        results.send_bytes(pickle.dumps(failure))
         raise  # torch.multiprocessing sees the failure too, and stops the other ranks
     else:
         results.send_bytes(outcome)
