@@ -20,7 +20,9 @@ Each page gets a fresh tab, and in it, in this order:
    scrolled or laid out beforehand. This is how a reader runs
    axe on the page (issue 34; a run with transitions off and every block laid out
    reported 0 where a reader's found 18 nodes), so its verdict is the one the site is
-   held to, every node of every impact (``READER_AXE``). axe-core is in the page from
+   held to, every node of every impact (``READER_AXE``). In the dark scheme it runs
+   the rules that depend on colour only (``COLOUR_RULES``): every other rule reads a
+   document that is the same in both schemes, which ``SAME_DOCUMENT`` checks. axe-core is in the page from
    the start (an init script of the context), inert until ``axe.run``, and requests
    nothing. Off-site requests are blocked (and recorded) from the first request on, so
    none can stall a load.
@@ -33,8 +35,10 @@ Each page gets a fresh tab, and in it, in this order:
    on what step 1 could not see (``LAID_OUT_AXE``): a page opened at the top has most of
    its blocks not laid out yet, and axe takes what lies outside a block's box as off
    screen, so the rules whose verdict depends on what is on screen (``LAYOUT_RULES``)
-   run again on the page laid out as a reader who scrolls through it sees each block.
-   Every other rule reads the document, which laying it out does not change.
+   run again on the page laid out as a reader who scrolls through it sees each block
+   (in dark, the colour rules among them). Every other rule reads the document, which
+   laying it out does not change. color-contrast checks each text style once per scheme
+   and walk (``MARK_REPEATED_STYLES``).
 3. **figures and code cells**: ``VISIBLE_FIGURES`` scrolls each figure into view and
    ``OVERFLOWING_CODE`` measures the code cells; then the PageWatcher's records (requests
    that left the site or failed, console errors, uncaught exceptions, from the first
@@ -106,7 +110,7 @@ CONTENT = ".md-content__inner"
 # parks the promise of its verdict on `window`, so that the other scheme's step runs
 # while this page loads and axe works. (A screenshot run only waits; a page whose load
 # event never comes fails instead of hanging the walk.)
-READER_AXE = f"""([pause, withAxe]) => {{
+READER_AXE = f"""([pause, withAxe, rules]) => {{
   const loaded = document.readyState === 'complete' ? Promise.resolve() : new Promise(
     (resolve, reject) => {{
       addEventListener('load', resolve, {{ once: true }});
@@ -114,7 +118,8 @@ READER_AXE = f"""([pause, withAxe]) => {{
     }});
   window.__axeVerdict = loaded
     .then(() => new Promise((resolve) => setTimeout(resolve, pause)))
-    .then(() => (withAxe ? axe.run(document).then({_VIOLATION_NODES}) : null));
+    .then(() => (!withAxe ? null : (rules ? axe.run(document, {{ runOnly: rules }})
+      : axe.run(document)).then({_VIOLATION_NODES})));
 }}"""
 AXE_VERDICT = "() => window.__axeVerdict"
 
@@ -135,52 +140,100 @@ LAYOUT_RULES = [
     "select-name",
 ]
 
-# color-contrast costs one query of the layout engine per text element, and most text
-# elements on these pages are syntax-highlighting tokens and KaTeX glyph boxes: up to
-# 3,000 on a page, drawn in a dozen or two distinct styles. Two elements with the same
-# colour, font size and weight, text shadow, opacity and background behind them have the
-# same contrast, so of each such style inside code and typeset math only one element is
-# left to color-contrast in the laid-out run (every other rule still sees every element,
-# and the reader's run sees every element it can see): the first that is not scrolled out
-# of sight in its box, where axe could only say "incomplete". A style with no such
-# element keeps all of its elements. A failing style is then one node, not one per token.
-MARK_REPEATED_STYLES = """() => {
-  const leaves = document.querySelectorAll(
-    'pre span:not(:has(*)), .katex-html span:not(:has(*))');
+# The rules whose verdict depends on colour. In the dark scheme only these run: every
+# other rule reads the document, its accessibility attributes, what is shown and where,
+# and none of that changes with the palette. SAME_DOCUMENT checks it on every page: each
+# scheme records a digest of every element's tag, attributes (a scheme's twin figure,
+# `#only-light` or `#only-dark`, with its scheme left out of its address) and whether it
+# is shown, the twins and Material's palette switch excepted, and the test asserts the
+# two digests equal. A figure's dark twin carries the attributes of its light one, which
+# the light scheme's run checks (test_figures.py).
+COLOUR_RULES = ["color-contrast", "link-in-text-block"]
+RULES_IN_SCHEME: dict[str, list[str] | None] = {"light": None, "dark": COLOUR_RULES}
+LAID_OUT_RULES_IN_SCHEME = {"light": LAYOUT_RULES, "dark": COLOUR_RULES}
+
+SAME_DOCUMENT = """() => {
+  // A figure's twins, each with the lightbox link around it, and the palette switch.
+  const twin = 'img[src*="#only-light"], img[src*="#only-dark"], a.glightbox[data-gallery], '
+    + '[data-md-component="palette"] *';
+  const parts = [];
+  for (const el of document.body.querySelectorAll('*')) {
+    const attributes = [...el.attributes]
+      .map((a) => a.name + '=' + a.value.replace(/#only-(light|dark)$/, ''))
+      .filter((a) => !el.matches(twin) || !/^(hidden|checked)=/.test(a));
+    const shown = el.matches(twin) ? '' : el.checkVisibility({ visibilityProperty: true });
+    parts.push(el.tagName + '[' + attributes.join(' ') + ']' + shown);
+  }
+  // FNV-1a over the description: the digest, not a megabyte, crosses to Python.
+  let hash = 0x811c9dc5;
+  const text = parts.join('\\n');
+  for (let i = 0; i < text.length; i++) {
+    hash ^= text.charCodeAt(i);
+    hash = Math.imul(hash, 0x01000193) >>> 0;
+  }
+  return parts.length + ':' + hash.toString(16);
+}"""
+
+
+# color-contrast costs one query of the layout engine per text element: on a concept page
+# 4,000-6,000 of them, syntax-highlighting tokens, KaTeX glyph boxes and prose, drawn in
+# a few dozen distinct styles, most of them the same on every page. Two elements with the
+# same colour, font size and weight, text shadow, opacity and backgrounds behind them
+# have the same contrast, so in the laid-out run color-contrast checks one element of each
+# such style that no earlier page of the walk (in this scheme) had checked: the first that
+# is shown and not scrolled out of sight in its box, where axe could only say
+# "incomplete". The others are marked `data-axe-repeat` and left to the one checked (every
+# other rule still sees every element, and the reader's run sees every element it can
+# see). A style with no such element keeps all of its elements and stays unchecked for the
+# next page. A failing style is then one node, on the first page that shows it.
+# Takes the styles already checked; returns those this page checks for the first time.
+MARK_REPEATED_STYLES = f"""(checked) => {{
+  const content = document.querySelector('{CONTENT}');
+  // KaTeX's MathML copy is clipped to a pixel for screen readers only: axe never checks
+  // its contrast, so none of it may stand for a style.
+  const texts = [...content.querySelectorAll('*')].filter((el) => !el.closest('.katex-mathml')
+    && [...el.childNodes].some((n) => n.nodeType === Node.TEXT_NODE && n.data.trim()));
   const transparent = 'rgba(0, 0, 0, 0)';
-  const look = (el) => {
+  const look = (el) => {{
     const own = getComputedStyle(el);
     const parts = [own.color, own.fontSize, own.fontWeight, own.textShadow];
     let opacity = 1;
-    for (let a = el; a; a = a.parentElement) {
+    for (let a = el; a; a = a.parentElement) {{
       const s = getComputedStyle(a);
       opacity *= Number(s.opacity);
       if (s.backgroundImage !== 'none') parts.push(s.backgroundImage);
-      if (s.backgroundColor !== transparent) {
+      if (s.backgroundColor !== transparent) {{
         parts.push(s.backgroundColor);
         if (!s.backgroundColor.startsWith('rgba')) break;  // opaque: nothing shows through
-      }
-    }
+      }}
+    }}
     return parts.concat(opacity).join('|');
-  };
-  const inSight = (el) => {
-    const box = el.closest('pre, .katex-display, div.arithmatex') || document.body;
-    const outer = box.getBoundingClientRect();
+  }};
+  const shownInSight = (el) => {{
+    if (!el.checkVisibility({{ visibilityProperty: true, opacityProperty: true }})) return false;
     const inner = el.getBoundingClientRect();
+    if (inner.width < 2 || inner.height < 2) return false;  // hidden, or clipped to a pixel
+    const box = el.closest('pre, .katex-display, div.arithmatex, .md-typeset__scrollwrap');
+    if (!box) return true;
+    const outer = box.getBoundingClientRect();
     return inner.left >= outer.left && inner.right <= outer.right;
-  };
+  }};
+  const known = new Set(checked);
   const byLook = new Map();
-  for (const el of leaves) {
+  for (const el of texts) {{
     const key = look(el);
     if (!byLook.has(key)) byLook.set(key, []);
     byLook.get(key).push(el);
-  }
-  for (const group of byLook.values()) {
-    const kept = group.find(inSight);
-    if (kept) group.forEach((el) => el === kept || el.setAttribute('data-axe-repeat', ''));
-  }
-  return { leaves: leaves.length, styles: byLook.size };
-}"""
+  }}
+  const first = [];
+  for (const [key, group] of byLook) {{
+    const kept = known.has(key) ? null : group.find(shownInSight);
+    if (!known.has(key) && !kept) continue;  // nothing axe could check: keep them all
+    group.forEach((el) => el === kept || el.setAttribute('data-axe-repeat', ''));
+    if (kept) first.push(key);
+  }}
+  return first;
+}}"""
 
 # Starts the second run: the layout rules alone, on the laid-out page, repeated styles
 # left out of color-contrast, and on the page's content alone: its blocks are what
@@ -270,6 +323,7 @@ class PageRecord:
     page: str  # relative URL, as site_pages gives it
     scheme: str  # "light" or "dark"
     palette: str | None = None  # Material's data-md-color-scheme once loaded
+    document: str | None = None  # SAME_DOCUMENT's digest, as the reader's run saw it
     left_site: list[str] = field(default_factory=list)  # PageWatcher's records
     failed: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -304,6 +358,8 @@ def walk_site(browser, site: Path, site_url: str) -> SiteWalk:  # type: ignore[n
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with_axe = AXE.is_file() and not screenshots
     records: dict[tuple[str, str], PageRecord] = {}
+    # The text styles color-contrast has checked so far, per scheme (MARK_REPEATED_STYLES).
+    checked_styles: dict[str, set[str]] = {scheme: set() for scheme in SCHEMES}
 
     def visit(tab, record: PageRecord) -> Iterator[None]:  # type: ignore[no-untyped-def]
         """The three steps of one page's visit (module docstring); each ``yield`` hands
@@ -313,11 +369,12 @@ def walk_site(browser, site: Path, site_url: str) -> SiteWalk:  # type: ignore[n
         # as its document exists: a goto that waited for the load event here would hold
         # the other scheme's walk up for the whole load).
         tab.goto(urljoin(site_url, record.page), wait_until="commit")
-        tab.evaluate(READER_AXE, [READER_PAUSE_MS, with_axe])
+        tab.evaluate(READER_AXE, [READER_PAUSE_MS, with_axe, RULES_IN_SCHEME[record.scheme]])
         yield
         record.axe = tab.evaluate(AXE_VERDICT)
         # 2. The whole page laid out, inspected, and the layout rules again.
         record.palette = tab.evaluate("() => document.body.getAttribute('data-md-color-scheme')")
+        record.document = tab.evaluate(SAME_DOCUMENT)
         lay_out_everything(tab)
         # KaTeX's fonts load asynchronously; wait for them before judging and capturing.
         tab.evaluate("() => document.fonts.ready.then(() => true)")
@@ -327,8 +384,10 @@ def walk_site(browser, site: Path, site_url: str) -> SiteWalk:  # type: ignore[n
             name = record.page.strip("/").replace("/", "__") or "index"
             tab.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
         if with_axe:
-            tab.evaluate(MARK_REPEATED_STYLES)
-            tab.evaluate(LAID_OUT_AXE, LAYOUT_RULES)
+            checked_styles[record.scheme].update(
+                tab.evaluate(MARK_REPEATED_STYLES, sorted(checked_styles[record.scheme]))
+            )
+            tab.evaluate(LAID_OUT_AXE, LAID_OUT_RULES_IN_SCHEME[record.scheme])
             yield
             record.axe_laid_out = tab.evaluate(AXE_VERDICT)
         # 3. Figures and code cells (they scroll, so after axe), then what the page did.

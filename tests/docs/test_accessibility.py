@@ -18,7 +18,9 @@ out or scrolled first. The colour scheme is chosen the way a reader's browser ch
 it: mkdocs.yml pairs each Material palette with a ``prefers-color-scheme`` media query,
 so a context created with ``color_scheme="dark"`` gets the slate palette. The test
 checks that it did, since a page silently left in the light scheme would make the dark
-run meaningless.
+run meaningless. In dark, axe runs the rules that depend on colour (``_walk.COLOUR_RULES``):
+every other rule would read the same document as in light, and the test checks that it is
+the same, element by element, shown or not (``_walk.SAME_DOCUMENT``).
 
 A page opened at the top has most of its blocks not laid out yet (site.css lays out
 only what is near the screen), and axe counts what lies outside a block's placeholder
@@ -79,6 +81,16 @@ def test_axe_finds_nothing_light_and_dark(site_walk: SiteWalk) -> None:
         if record.palette != SCHEMES[scheme]
     ]
     assert not wrong_scheme, "\n".join(wrong_scheme)
+
+    # The dark scheme runs only the rules that depend on colour (_walk.COLOUR_RULES):
+    # every other rule would read the same document as in light.
+    changed = [
+        f"/{rel}: the document differs between the schemes beyond colour "
+        f"({site_walk.records[rel, 'light'].document} != {site_walk.records[rel, 'dark'].document})"
+        for rel in pages
+        if site_walk.records[rel, "light"].document != site_walk.records[rel, "dark"].document
+    ]
+    assert not changed, "\n".join(changed)
 
     violations: list[dict] = []
     for (rel, scheme), record in site_walk.records.items():

@@ -104,6 +104,11 @@ def test_figures_are_lazy_files_with_alt_text_in_both_schemes(built_site: Path) 
                 assert img.get("loading") == "lazy" and img.get("width") and img.get("height")
                 assert len(img.get("alt", "")) > 20, f"{page}: alt text {img.get('alt')!r}"
                 assert "TODO" not in img["alt"]
+            # One image in two colourings: what a screen reader or axe reads of the one
+            # shown in dark is what it reads of the light one (the dark scheme's axe
+            # run checks colour only: tests/docs/_walk.py, COLOUR_RULES).
+            one, other = ({k: v for k, v in img.items() if k != "src"} for img in images)
+            assert one == other, f"{page}: the twins differ: {one} != {other}"
     assert total >= 60, f"only {total} figures on the whole site"
 
 
