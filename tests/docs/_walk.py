@@ -20,9 +20,8 @@ Each page gets a fresh tab, and in it, in this order:
    scrolled or laid out beforehand. This is how a reader runs
    axe on the page (issue 34; a run with transitions off and every block laid out
    reported 0 where a reader's found 18 nodes), so its verdict is the one the site is
-   held to, every node of every impact (``READER_AXE``). In the dark scheme it runs
-   the rules that depend on colour only (``COLOUR_RULES``): every other rule reads a
-   document that is the same in both schemes, which ``SAME_DOCUMENT`` checks. axe-core is in the page from
+   held to, every node of every impact (``READER_AXE``), in the light scheme. (In the
+   dark one the page only loads and pauses: see step 2.) axe-core is in the page from
    the start (an init script of the context), inert until ``axe.run``, and requests
    nothing. Off-site requests are blocked (and recorded) from the first request on, so
    none can stall a load.
@@ -35,10 +34,13 @@ Each page gets a fresh tab, and in it, in this order:
    on what step 1 could not see (``LAID_OUT_AXE``): a page opened at the top has most of
    its blocks not laid out yet, and axe takes what lies outside a block's box as off
    screen, so the rules whose verdict depends on what is on screen (``LAYOUT_RULES``)
-   run again on the page laid out as a reader who scrolls through it sees each block
-   (in dark, the colour rules among them). Every other rule reads the document, which
-   laying it out does not change. color-contrast checks each text style once per scheme
-   and walk (``MARK_REPEATED_STYLES``).
+   run again on the page laid out as a reader who scrolls through it sees each block.
+   Every other rule reads the document, which laying it out does not change. In the
+   dark scheme this is axe's one run on the page: the rules that depend on colour
+   (``COLOUR_RULES``), on the whole page laid out, header and menus included; every
+   other rule reads a document that is the same in both schemes, which
+   ``SAME_DOCUMENT`` checks (``AXE_PLANS``). color-contrast checks each text style once
+   per scheme and walk (``MARK_REPEATED_STYLES``).
 3. **figures and code cells**: ``VISIBLE_FIGURES`` scrolls each figure into view and
    ``OVERFLOWING_CODE`` measures the code cells; then the PageWatcher's records (requests
    that left the site or failed, console errors, uncaught exceptions, from the first
@@ -110,7 +112,7 @@ CONTENT = ".md-content__inner"
 # parks the promise of its verdict on `window`, so that the other scheme's step runs
 # while this page loads and axe works. (A screenshot run only waits; a page whose load
 # event never comes fails instead of hanging the walk.)
-READER_AXE = f"""([pause, withAxe, rules]) => {{
+READER_AXE = f"""([pause, withAxe]) => {{
   const loaded = document.readyState === 'complete' ? Promise.resolve() : new Promise(
     (resolve, reject) => {{
       addEventListener('load', resolve, {{ once: true }});
@@ -118,8 +120,7 @@ READER_AXE = f"""([pause, withAxe, rules]) => {{
     }});
   window.__axeVerdict = loaded
     .then(() => new Promise((resolve) => setTimeout(resolve, pause)))
-    .then(() => (!withAxe ? null : (rules ? axe.run(document, {{ runOnly: rules }})
-      : axe.run(document)).then({_VIOLATION_NODES})));
+    .then(() => (withAxe ? axe.run(document).then({_VIOLATION_NODES}) : null));
 }}"""
 AXE_VERDICT = "() => window.__axeVerdict"
 
@@ -140,17 +141,31 @@ LAYOUT_RULES = [
     "select-name",
 ]
 
-# The rules whose verdict depends on colour. In the dark scheme only these run: every
-# other rule reads the document, its accessibility attributes, what is shown and where,
-# and none of that changes with the palette. SAME_DOCUMENT checks it on every page: each
-# scheme records a digest of every element's tag, attributes (a scheme's twin figure,
-# `#only-light` or `#only-dark`, with its scheme left out of its address) and whether it
-# is shown, the twins and Material's palette switch excepted, and the test asserts the
-# two digests equal. A figure's dark twin carries the attributes of its light one, which
-# the light scheme's run checks (test_figures.py).
+# The rules whose verdict depends on colour. In the dark scheme axe runs these alone, once,
+# on the page laid out whole, header and menus included: every other rule reads the
+# document, its accessibility attributes, what is shown and where, and none of that
+# changes with the palette. SAME_DOCUMENT checks it on every page: each scheme records a
+# digest of every element's tag, attributes (a scheme's twin figure, `#only-light` or
+# `#only-dark`, with its scheme left out of its address) and whether it is shown, the
+# twins and Material's palette switch excepted, and the test asserts the two digests
+# equal. A figure's dark twin carries the attributes of its light one, which the light
+# scheme's run checks (test_figures.py).
 COLOUR_RULES = ["color-contrast", "link-in-text-block"]
-RULES_IN_SCHEME: dict[str, list[str] | None] = {"light": None, "dark": COLOUR_RULES}
-LAID_OUT_RULES_IN_SCHEME = {"light": LAYOUT_RULES, "dark": COLOUR_RULES}
+
+
+@dataclass(frozen=True)
+class AxePlan:
+    """What axe runs on each page in one scheme."""
+
+    as_opened: bool  # the reader's run (READER_AXE)
+    laid_out_rules: list[str]  # then, on the page laid out whole (LAID_OUT_AXE)
+    laid_out_on: str  # the part of the page that run covers
+
+
+AXE_PLANS = {
+    "light": AxePlan(as_opened=True, laid_out_rules=LAYOUT_RULES, laid_out_on=CONTENT),
+    "dark": AxePlan(as_opened=False, laid_out_rules=COLOUR_RULES, laid_out_on="html"),
+}
 
 SAME_DOCUMENT = """() => {
   // A figure's twins, each with the lightbox link around it, and the palette switch.
@@ -239,9 +254,9 @@ MARK_REPEATED_STYLES = f"""(checked) => {{
 # left out of color-contrast, and on the page's content alone: its blocks are what
 # content-visibility leaves unlaid (site.css); the header, the menus and the footer are
 # laid out the same for both runs, and the reader's run saw them.
-LAID_OUT_AXE = f"""(rules) => {{
+LAID_OUT_AXE = f"""([rules, on]) => {{
   axe.configure({{ rules: [{{ id: 'color-contrast', selector: ':not([data-axe-repeat])' }}] }});
-  window.__axeVerdict = axe.run({{ include: ['{CONTENT}'] }}, {{ runOnly: rules }})
+  window.__axeVerdict = axe.run({{ include: [on] }}, {{ runOnly: rules }})
     .then({_VIOLATION_NODES});
 }}"""
 
@@ -328,7 +343,7 @@ class PageRecord:
     failed: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)  # INSPECT_PAGE
-    axe: list[dict[str, str]] | None = None  # READER_AXE's nodes; None: axe did not run
+    axe: list[dict[str, str]] | None = None  # READER_AXE's nodes; None: it did not run
     axe_laid_out: list[dict[str, str]] | None = None  # LAID_OUT_AXE's nodes
     figures: list[list[dict[str, Any]]] = field(default_factory=list)  # VISIBLE_FIGURES
     overflowing_code: list[str] = field(default_factory=list)  # OVERFLOWING_CODE
@@ -369,7 +384,8 @@ def walk_site(browser, site: Path, site_url: str) -> SiteWalk:  # type: ignore[n
         # as its document exists: a goto that waited for the load event here would hold
         # the other scheme's walk up for the whole load).
         tab.goto(urljoin(site_url, record.page), wait_until="commit")
-        tab.evaluate(READER_AXE, [READER_PAUSE_MS, with_axe, RULES_IN_SCHEME[record.scheme]])
+        plan = AXE_PLANS[record.scheme]
+        tab.evaluate(READER_AXE, [READER_PAUSE_MS, with_axe and plan.as_opened])
         yield
         record.axe = tab.evaluate(AXE_VERDICT)
         # 2. The whole page laid out, inspected, and the layout rules again.
@@ -387,7 +403,7 @@ def walk_site(browser, site: Path, site_url: str) -> SiteWalk:  # type: ignore[n
             checked_styles[record.scheme].update(
                 tab.evaluate(MARK_REPEATED_STYLES, sorted(checked_styles[record.scheme]))
             )
-            tab.evaluate(LAID_OUT_AXE, LAID_OUT_RULES_IN_SCHEME[record.scheme])
+            tab.evaluate(LAID_OUT_AXE, [plan.laid_out_rules, plan.laid_out_on])
             yield
             record.axe_laid_out = tab.evaluate(AXE_VERDICT)
         # 3. Figures and code cells (they scroll, so after axe), then what the page did.
