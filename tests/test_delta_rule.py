@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from attention.delta_rule import delta_rule_attention
-from attention.normalization import rms_norm
+from attention.integrations import huggingface_layers
 
 try:  # the optional `hf` extra: only the tests against the models need it
     import transformers
@@ -399,67 +399,13 @@ def test_per_channel_gate_equals_kimi_delta_attention_chunked_and_recurrent(
     assert_matches(kimi.recurrent_kimi_delta_attention, inputs, dtype)
 
 
-# The layers, from their own weights: projections, short convolution, gates and the
-# gated RMSNorm written here; the recurrence is delta_rule_attention.
+# The layers, from their own weights: the package's own layer code, which
+# attention.integrations.huggingface.patch puts in place of Transformers' (projections,
+# short convolution, gates and the gated RMSNorm; the recurrence is delta_rule_attention).
+# tests/test_huggingface_layers.py runs it in whole models, with the cache.
 
 E, CONV = 24, 4  # model width, convolution kernel
 LAYER_L = 70  # more than Transformers' 64-position chunks
-
-
-def short_conv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """The depthwise causal convolution over time, then SiLU: ``(B, L, C) -> (B, L, C)``."""
-    channels, _, width = weight.shape  # (C, 1, K)
-    y = F.conv1d(x.transpose(1, 2), weight, padding=width - 1, groups=channels)
-    return F.silu(y[..., : x.shape[1]]).transpose(1, 2)  # keep the causal part
-
-
-def gated_delta_net_by_hand(layer: torch.nn.Module, x: torch.Tensor, split: bool) -> torch.Tensor:
-    """Qwen3-Next's (``split=False``) or Qwen3.5's (``split=True``) Gated DeltaNet layer."""
-    Bx, Lx, _ = x.shape
-    Hk, Hv, Dk, Dv = layer.num_k_heads, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim
-    group = Hv // Hk
-    if split:  # Qwen3.5: one projection per tensor, heads in order
-        q, k, v = layer.in_proj_qkv(x).split([Hk * Dk, Hk * Dk, Hv * Dv], dim=-1)
-        z, b, a = layer.in_proj_z(x), layer.in_proj_b(x), layer.in_proj_a(x)
-    else:  # Qwen3-Next: per key head, [q | k | its group's v | its group's z], [b | a]
-        qkvz = layer.in_proj_qkvz(x).view(Bx, Lx, Hk, 2 * Dk + 2 * group * Dv)
-        q, k, v, z = qkvz.split([Dk, Dk, group * Dv, group * Dv], dim=-1)
-        b, a = layer.in_proj_ba(x).view(Bx, Lx, Hk, 2 * group).split([group, group], dim=-1)
-        q, k, v, z, b, a = (t.reshape(Bx, Lx, -1) for t in (q, k, v, z, b, a))
-    mixed = short_conv(torch.cat([q, k, v], dim=-1), layer.conv1d.weight)  # (B, L, C)
-    q, k, v = mixed.split([Hk * Dk, Hk * Dk, Hv * Dv], dim=-1)
-    # Each key head serves `group` consecutive value heads: (B, Hv, L, Dk)
-    q, k = (
-        l2_normalize(t.view(Bx, Lx, Hk, Dk)).repeat_interleave(group, dim=2).transpose(1, 2)
-        for t in (q, k)
-    )
-    v = v.view(Bx, Lx, Hv, Dv).transpose(1, 2)  # (B, Hv, L, Dv)
-    beta = b.sigmoid().transpose(1, 2)  # (B, Hv, L)
-    decay = torch.exp(-layer.A_log.exp() * F.softplus(a + layer.dt_bias)).transpose(1, 2)
-    core = delta_rule_attention(q, k, v, beta, decay).transpose(1, 2)  # (B, L, Hv, Dv)
-    z = z.view(Bx, Lx, Hv, Dv)
-    normed = rms_norm(core, layer.norm.weight, eps=layer.layer_norm_epsilon) * F.silu(z)
-    out: torch.Tensor = layer.out_proj(normed.reshape(Bx, Lx, Hv * Dv))
-    return out
-
-
-def kimi_delta_attention_by_hand(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    Bx, Lx, _ = x.shape
-    Hx, Dx = layer.num_heads, layer.head_dim
-    mixed = torch.cat([layer.q_proj(x), layer.k_proj(x), layer.v_proj(x)], dim=-1)
-    q, k, v = short_conv(mixed, layer.conv1d.weight).view(Bx, Lx, 3, Hx, Dx).unbind(2)
-    q, k = l2_normalize(q), l2_normalize(k)
-    gate = layer.forget_gate
-    g = gate.f_b_proj(gate.f_a_proj(x)) + gate.dt_bias  # (B, L, H D)
-    log_decay = -gate.A_log.exp() * F.softplus(g.view(Bx, Lx, Hx, Dx))  # one per channel
-    beta = layer.b_proj(x).sigmoid()  # (B, L, H)
-    core = delta_rule_attention(
-        *(t.transpose(1, 2) for t in (q, k, v, beta, log_decay.exp()))
-    ).transpose(1, 2)  # (B, L, H, D)
-    out_gate = layer.g_b_proj(layer.g_a_proj(x)).view(Bx, Lx, Hx, Dx)
-    normed = rms_norm(core, layer.o_norm.weight, eps=layer.o_norm.variance_epsilon)
-    out: torch.Tensor = layer.o_proj((normed * out_gate.sigmoid()).reshape(Bx, Lx, Hx * Dx))
-    return out
 
 
 def tiny_layer(name: str, dtype: torch.dtype) -> torch.nn.Module:
@@ -513,8 +459,8 @@ def test_delta_rule_reproduces_the_models_layers(
     with torch.no_grad():
         expected = layer(x)
         if name == "kimi":
-            ours = kimi_delta_attention_by_hand(layer, x)
+            ours = huggingface_layers._kimi_delta_attention(layer, x, None, None)
         else:
-            ours = gated_delta_net_by_hand(layer, x, split=name == "qwen3_5")
+            ours = huggingface_layers._gated_delta_net(layer, x, None, None)
     assert expected.dtype == dtype
     torch.testing.assert_close(ours, expected, atol=TOLERANCE[dtype], rtol=0)

@@ -584,6 +584,35 @@ def test_sinks_of_another_shape_raise(kwargs: dict[str, torch.Tensor], match: st
         attention_forward(_Layer(), *_qkv(), None, **kwargs)
 
 
+# --- DeepSeek sparse attention: the keys each query's indexer chose (`indices`) --------
+
+
+@pytest.mark.parametrize("masked", [True, False], ids=["causal-mask", "no-mask"])
+def test_chosen_keys_equal_deepseeks_eager_with_them_folded_into_the_mask(masked: bool) -> None:
+    """Transformers' eager path folds the indexer's choice into the mask (DeepSeek-V3.2's
+    attention, `index_mask`); every other name gets `indices` and must apply them."""
+    from transformers.models.deepseek_v32.modeling_deepseek_v32 import eager_attention_forward
+
+    B, H, Hkv, L, D, k = 2, 4, 2, 6, 5, 3
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(B, H, L, D, generator=generator)
+    key, v = torch.randn(2, B, Hkv, L, D, generator=generator)
+    layer = _Layer()
+    layer.num_key_value_groups = H // Hkv
+    indices = torch.rand(B, L, L, generator=generator).argsort(-1)[..., :k].int()  # (B, L, k)
+    causal = torch.ones(L, L, dtype=torch.bool).tril()
+    minimum = torch.finfo(torch.float32).min
+    mask = torch.zeros(B, 1, L, L).masked_fill(~causal, minimum) if masked else None
+    index_mask = torch.ones(B, L, L, dtype=torch.bool).scatter(-1, indices.long(), False)
+    folded = (mask if masked else torch.zeros(B, 1, L, L)).masked_fill(index_mask[:, None], minimum)
+    layer.is_causal = False  # what is causal is in the mask, if anywhere
+    eager, _ = eager_attention_forward(layer, q, key, v, folded, scaling=0.4)
+    ours, _ = attention_forward(layer, q, key, v, mask, scaling=0.4, indices=indices)
+    dense, _ = attention_forward(layer, q, key, v, mask, scaling=0.4)
+    torch.testing.assert_close(ours, eager)
+    assert not torch.allclose(ours, dense)  # the choice matters
+
+
 # --- keyword arguments ---------------------------------------------------------------
 
 
@@ -598,9 +627,9 @@ def test_flags_that_cannot_change_the_result_are_accepted(keyword: str, value: o
     assert torch.equal(flagged, plain)
 
 
-# Each would change the result: ALiBi's slopes, DeepSeek's sparse top-k keys, packed
-# sequences' boundaries, MiniMax's blocks.
-@pytest.mark.parametrize("keyword", ["alibi_slopes", "indices", "cu_seq_lens_q", "block_indices"])
+# Each would change the result: ALiBi's slopes, packed sequences' boundaries, MiniMax's
+# blocks.
+@pytest.mark.parametrize("keyword", ["alibi_slopes", "cu_seq_lens_q", "block_indices"])
 def test_keywords_that_could_change_the_result_are_refused_by_name(keyword: str) -> None:
     with pytest.raises(NotImplementedError, match=keyword):
         attention_forward(_Layer(), *_qkv(), None, **{keyword: torch.ones(2, dtype=torch.long)})

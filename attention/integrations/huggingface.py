@@ -36,6 +36,9 @@ T5's `position_bias`, dropout while training (`module.training`), attention weig
 `output_attentions=True`, and learned sinks: gpt-oss's one logit per head (`s_aux`) and
 inkling2's one per query (`sinks`). Gemma 2's logit soft-capping (`softcap`,
 $c \tanh(\cdot / c)$ of the scaled scores, before the mask) goes in as a `score_mod`.
+DeepSeek sparse attention (DeepSeek-V3.2, GLM-MoE-DSA, ...) passes the keys its indexer
+chose for each query (`indices`); each query then attends to those alone, through the
+mask ([`topk_mask`][attention.indexer.topk_mask]), as the eager path does it.
 Any other keyword argument that would change the mathematics and that this function
 does not know raises `NotImplementedError`.
 
@@ -69,9 +72,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention import efficient, functional
+from attention.indexer import topk_mask
+from attention.integrations.huggingface_layers import patch
 from attention.softcap import softcap_score_mod
 
-__all__ = ["attention_forward", "register"]
+__all__ = ["attention_forward", "patch", "register"]
 
 KERNELS = ("sdpa", "flash")
 
@@ -276,10 +281,11 @@ def attention_forward(
             added to the scores, broadcastable to ``(B, H, L, S)``), ``s_aux`` (one
             sink logit per head, shape ``(H,)``, gpt-oss) or ``sinks`` (the same, or
             one per query, broadcastable to ``(B, H, L, 1)``, inkling2),
-            ``output_attentions``. Ignored: what cannot change the output, such as
-            ``use_cache``, ``sliding_window`` (the mask holds the window) and
-            ``deterministic`` (a flash-attention flag for the backward pass), and any
-            ``None`` value.
+            ``output_attentions``, ``indices`` (DeepSeek sparse attention's chosen keys,
+            ``(B, L, k)``: each query attends to those keys only). Ignored: what cannot
+            change the output, such as ``use_cache``, ``sliding_window`` (the mask
+            holds the window) and ``deterministic`` (a flash-attention flag for the
+            backward pass), and any ``None`` value.
 
     Returns:
         ``(out, weights)``: the output ``(B, L, H, Dv)``, and the attention weights
@@ -297,6 +303,7 @@ def attention_forward(
     position_bias: Tensor | None = kwargs.pop("position_bias", None)
     sinks = _sinks(kwargs.pop("s_aux", None), kwargs.pop("sinks", None), query)
     softcap: float | None = kwargs.pop("softcap", None)
+    indices: Tensor | None = kwargs.pop("indices", None)
     output_attentions = bool(kwargs.get("output_attentions", False))
     unknown = sorted(k for k, v in kwargs.items() if v is not None and k not in _IGNORED_KWARGS)
     if unknown:
@@ -343,6 +350,15 @@ def attention_forward(
         is_causal = False
     if position_bias is not None:
         mask = position_bias if mask is None else position_bias + mask
+    if indices is not None:
+        # DeepSeek sparse attention: each query attends only to the keys its indexer
+        # chose, as Transformers' eager path folds them into the mask.
+        if mask is None:
+            allowed = torch.ones(L, S, dtype=torch.bool, device=query.device)
+            mask = _additive(allowed.tril() if is_causal else allowed, query.dtype)
+            is_causal = False
+        chosen = topk_mask(indices, S).unsqueeze(1)  # (B, 1, L, S)
+        mask = mask.masked_fill(~chosen, torch.finfo(query.dtype).min)
 
     value_for_weights = value
     if sinks is not None:

@@ -1,0 +1,160 @@
+"""attention.integrations.huggingface.patch: whole hybrid models on the package.
+
+Each family below is a tiny random model (nothing downloaded) with one linear-attention
+layer and one softmax layer. Its softmax layer runs on `register()`, its linear layer on
+`patch()`; against the same weights on Transformers' eager code:
+
+- the logits agree within 1e-5 of their size in float32, without and with left padding;
+- greedy generation gives the same tokens;
+- decoding token by token from the model's cache (the convolution's and the delta
+  rule's states) gives the logits of the full forward pass;
+- a spy counts the package's delta-rule calls, so the comparison cannot pass on
+  Transformers' own code.
+
+A model with a token mixer `patch` does not compute is refused by name, unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from attention.integrations import huggingface_layers  # noqa: E402
+from attention.integrations.huggingface import patch, register  # noqa: E402
+from tests.test_hf_families import SMALL, build, tiny_config  # noqa: E402
+
+NAME = register("attention-by-running-patched")
+
+# The model classes, each with its layer types: one linear-attention layer, then one
+# softmax layer, so that both paths and the cache of each run.
+FAMILIES = {
+    "Qwen3NextForCausalLM": "gated_delta_net",
+    "Qwen3_5ForCausalLM": "gated_delta_net",
+    "Qwen3_5MoeForCausalLM": "gated_delta_net",
+    "KimiLinearForCausalLM": "kimi_delta_attention",
+}
+LAYER_TYPES = ["linear_attention", "full_attention"]
+RTOL = 1e-5  # of the largest |logit|, as in tests/test_hf_families.py
+L, PAD = 9, 3
+
+
+@pytest.fixture
+def delta_rule_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """How many positions the package's delta rule computed, call by call."""
+    calls: list[int] = []
+    original = huggingface_layers.delta_rule_attention
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[0].shape[2])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(huggingface_layers, "delta_rule_attention", counting)
+    yield calls
+
+
+def models(name: str) -> tuple[Any, Any]:
+    """Eager, and the same weights with register() and patch()."""
+    cls = getattr(transformers, name)
+    config = tiny_config(cls.config_class)
+    text = config.get_text_config()
+    text.layer_types = LAYER_TYPES
+    text.num_hidden_layers = len(LAYER_TYPES)
+    eager = build(cls, config, "eager")
+    with torch.no_grad():
+        for module in eager.modules():
+            # Gates with a long memory (decay in (0.5, 1)) and biases that are not zero,
+            # so that the state carries over many positions.
+            for holder in (module, getattr(module, "forget_gate", None)):
+                if hasattr(holder, "A_log") and hasattr(holder, "dt_bias"):
+                    holder.A_log.uniform_(-3.0, 0.0)
+                    holder.dt_bias.normal_()
+    ours = build(cls, config, NAME)
+    ours.load_state_dict(eager.state_dict())
+    assert patch(ours) == {FAMILIES[name]: 1}
+    return eager, ours
+
+
+def inputs(vocab: int, padded: bool) -> dict[str, torch.Tensor]:
+    ids = torch.randint(
+        3, min(vocab, SMALL["vocab_size"]), (2, L), generator=torch.Generator().manual_seed(1)
+    )
+    mask = torch.ones(2, L, dtype=torch.long)
+    if padded:
+        mask[1, :PAD] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def close(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    scale = expected.abs().max().item()
+    diff = (actual - expected).abs().max().item()
+    assert diff <= RTOL * scale, f"max |ours - eager| {diff:.3g}, |eager| {scale:.3g}"
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "left-padded"])
+@pytest.mark.parametrize("name", FAMILIES)
+def test_patched_model_gives_eagers_logits(
+    name: str, padded: bool, delta_rule_calls: list[int]
+) -> None:
+    eager, ours = models(name)
+    batch = inputs(eager.config.get_text_config().vocab_size, padded)
+    with torch.no_grad():
+        expected = eager(**batch).logits
+        actual = ours(**batch).logits
+    keep = batch["attention_mask"].bool()  # padded queries are not compared
+    close(actual[keep], expected[keep])
+    assert delta_rule_calls == [L]  # the one linear layer, on the package
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_greedy_generation_gives_eagers_tokens(name: str, delta_rule_calls: list[int]) -> None:
+    eager, ours = models(name)
+    batch = inputs(eager.config.get_text_config().vocab_size, padded=True)
+    settings = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        expected = eager.generate(**batch, **settings)
+        actual = ours.generate(**batch, **settings)
+    assert torch.equal(actual, expected)
+    assert delta_rule_calls[0] == L and delta_rule_calls[1:] == [1] * 5  # prefill, then steps
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_decoding_from_the_cache_equals_the_full_forward(
+    name: str, delta_rule_calls: list[int]
+) -> None:
+    """The convolution's and the delta rule's states carry the prefix: a prefill of 4
+    positions, then one position at a time, gives the full pass's logits."""
+    _, ours = models(name)
+    ids = inputs(ours.config.get_text_config().vocab_size, padded=False)["input_ids"]
+    prefix = 4
+    with torch.no_grad():
+        full = ours(input_ids=ids).logits
+        step = ours(input_ids=ids[:, :prefix], use_cache=True)
+        pieces = [step.logits]
+        cache = step.past_key_values
+        for t in range(prefix, L):
+            step = ours(input_ids=ids[:, t : t + 1], past_key_values=cache, use_cache=True)
+            pieces.append(step.logits)
+            cache = step.past_key_values
+    close(torch.cat(pieces, dim=1), full)
+    assert delta_rule_calls == [L, prefix] + [1] * (L - prefix)
+
+
+def test_a_mixer_the_package_does_not_compute_is_refused_by_name() -> None:
+    config = transformers.Mamba2Config(
+        vocab_size=64, hidden_size=32, num_hidden_layers=1, num_heads=4, head_dim=16, state_size=8
+    )
+    model = transformers.Mamba2ForCausalLM(config)
+    forwards = [m.forward for m in model.modules()]
+    with pytest.raises(NotImplementedError, match=r"does not compute Mamba2Mixer.*Nothing was"):
+        patch(model)
+    assert [m.forward for m in model.modules()] == forwards  # nothing replaced
+
+
+def test_a_model_without_linear_layers_is_left_as_it_is() -> None:
+    model = build(transformers.LlamaForCausalLM, tiny_config(transformers.LlamaConfig), "eager")
+    assert patch(model) == {}
