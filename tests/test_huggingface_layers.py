@@ -1,15 +1,16 @@
 """attention.integrations.huggingface.patch: whole hybrid models on the package.
 
 Each family below is a tiny random model (nothing downloaded) with one linear-attention
-layer and one softmax layer. Its softmax layer runs on `register()`, its linear layer on
-`patch()`; against the same weights on Transformers' eager code:
+layer and one softmax layer (Mamba-2: one mixer alone). Its softmax layer runs on
+`register()`, its linear layer on `patch()`; against the same weights on Transformers'
+eager code:
 
 - the logits agree within 1e-5 of their size in float32, without and with left padding;
 - greedy generation gives the same tokens;
 - decoding token by token from the model's cache (the convolution's and the delta
   rule's states) gives the logits of the full forward pass;
-- a spy counts the package's delta-rule calls, so the comparison cannot pass on
-  Transformers' own code.
+- a spy counts the package's recurrence calls (delta rule, decayed linear attention),
+  so the comparison cannot pass on Transformers' own code.
 
 A model with a token mixer `patch` does not compute is refused by name, unchanged.
 """
@@ -37,6 +38,8 @@ FAMILIES = {
     "Qwen3_5ForCausalLM": "gated_delta_net",
     "Qwen3_5MoeForCausalLM": "gated_delta_net",
     "KimiLinearForCausalLM": "kimi_delta_attention",
+    "MiniMaxForCausalLM": "lightning_attention",
+    "Mamba2ForCausalLM": "mamba2",
 }
 LAYER_TYPES = ["linear_attention", "full_attention"]
 RTOL = 1e-5  # of the largest |logit|, as in tests/test_hf_families.py
@@ -44,26 +47,35 @@ L, PAD = 9, 3
 
 
 @pytest.fixture
-def delta_rule_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """How many positions the package's delta rule computed, call by call."""
+def recurrence_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """How many positions the package's recurrences computed, call by call."""
     calls: list[int] = []
-    original = huggingface_layers.delta_rule_attention
+    # Each function's first argument, and where its length is: (B, H, L, D) or, for
+    # ssd, Mamba's (B, L, H, P).
+    for name, length in (("delta_rule_attention", 2), ("decayed_linear_attention", 2), ("ssd", 1)):
+        original = getattr(huggingface_layers, name)
 
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        calls.append(args[0].shape[2])
-        return original(*args, **kwargs)
+        def counting(*args: Any, _f: Any = original, _at: int = length, **kwargs: Any) -> Any:
+            calls.append(args[0].shape[_at])
+            return _f(*args, **kwargs)
 
-    monkeypatch.setattr(huggingface_layers, "delta_rule_attention", counting)
+        monkeypatch.setattr(huggingface_layers, name, counting)
     yield calls
 
 
 def models(name: str) -> tuple[Any, Any]:
     """Eager, and the same weights with register() and patch()."""
     cls = getattr(transformers, name)
-    config = tiny_config(cls.config_class)
-    text = config.get_text_config()
-    text.layer_types = LAYER_TYPES
-    text.num_hidden_layers = len(LAYER_TYPES)
+    if name == "Mamba2ForCausalLM":  # one mixer, no softmax layer; chunks shorter than L
+        config = transformers.Mamba2Config(
+            vocab_size=SMALL["vocab_size"], hidden_size=32, num_hidden_layers=1, num_heads=4,
+            head_dim=16, n_groups=2, state_size=8, chunk_size=4, conv_kernel=3,
+        )  # fmt: skip
+    else:
+        config = tiny_config(cls.config_class)
+        text = config.get_text_config()
+        text.layer_types = LAYER_TYPES
+        text.num_hidden_layers = len(LAYER_TYPES)
     eager = build(cls, config, "eager")
     with torch.no_grad():
         for module in eager.modules():
@@ -98,7 +110,7 @@ def close(actual: torch.Tensor, expected: torch.Tensor) -> None:
 @pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "left-padded"])
 @pytest.mark.parametrize("name", FAMILIES)
 def test_patched_model_gives_eagers_logits(
-    name: str, padded: bool, delta_rule_calls: list[int]
+    name: str, padded: bool, recurrence_calls: list[int]
 ) -> None:
     eager, ours = models(name)
     batch = inputs(eager.config.get_text_config().vocab_size, padded)
@@ -107,11 +119,11 @@ def test_patched_model_gives_eagers_logits(
         actual = ours(**batch).logits
     keep = batch["attention_mask"].bool()  # padded queries are not compared
     close(actual[keep], expected[keep])
-    assert delta_rule_calls == [L]  # the one linear layer, on the package
+    assert recurrence_calls == [L]  # the one linear layer, on the package
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_greedy_generation_gives_eagers_tokens(name: str, delta_rule_calls: list[int]) -> None:
+def test_greedy_generation_gives_eagers_tokens(name: str, recurrence_calls: list[int]) -> None:
     eager, ours = models(name)
     batch = inputs(eager.config.get_text_config().vocab_size, padded=True)
     settings = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
@@ -119,12 +131,12 @@ def test_greedy_generation_gives_eagers_tokens(name: str, delta_rule_calls: list
         expected = eager.generate(**batch, **settings)
         actual = ours.generate(**batch, **settings)
     assert torch.equal(actual, expected)
-    assert delta_rule_calls[0] == L and delta_rule_calls[1:] == [1] * 5  # prefill, then steps
+    assert recurrence_calls[0] == L and recurrence_calls[1:] == [1] * 5  # prefill, then steps
 
 
 @pytest.mark.parametrize("name", FAMILIES)
 def test_decoding_from_the_cache_equals_the_full_forward(
-    name: str, delta_rule_calls: list[int]
+    name: str, recurrence_calls: list[int]
 ) -> None:
     """The convolution's and the delta rule's states carry the prefix: a prefill of 4
     positions, then one position at a time, gives the full pass's logits."""
@@ -135,22 +147,27 @@ def test_decoding_from_the_cache_equals_the_full_forward(
         full = ours(input_ids=ids).logits
         step = ours(input_ids=ids[:, :prefix], use_cache=True)
         pieces = [step.logits]
-        cache = step.past_key_values
         for t in range(prefix, L):
-            step = ours(input_ids=ids[:, t : t + 1], past_key_values=cache, use_cache=True)
+            # Positions given: MiniMax (Transformers 5.23) counts the cache's length on
+            # layer 0, a linear-attention layer with no keys, and would restart them at 0.
+            # Mamba-2 names its cache cache_params, and has no positions.
+            cache = getattr(step, "past_key_values", None) or step.cache_params
+            given = (
+                {"cache_params": cache}
+                if name == "Mamba2ForCausalLM"
+                else {"past_key_values": cache, "position_ids": torch.full((ids.shape[0], 1), t)}
+            )
+            step = ours(input_ids=ids[:, t : t + 1], use_cache=True, **given)
             pieces.append(step.logits)
-            cache = step.past_key_values
     close(torch.cat(pieces, dim=1), full)
-    assert delta_rule_calls == [L, prefix] + [1] * (L - prefix)
+    assert recurrence_calls == [L, prefix] + [1] * (L - prefix)
 
 
 def test_a_mixer_the_package_does_not_compute_is_refused_by_name() -> None:
-    config = transformers.Mamba2Config(
-        vocab_size=64, hidden_size=32, num_hidden_layers=1, num_heads=4, head_dim=16, state_size=8
-    )
-    model = transformers.Mamba2ForCausalLM(config)
+    config = transformers.MambaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1)
+    model = transformers.MambaForCausalLM(config)
     forwards = [m.forward for m in model.modules()]
-    with pytest.raises(NotImplementedError, match=r"does not compute Mamba2Mixer.*Nothing was"):
+    with pytest.raises(NotImplementedError, match=r"does not compute MambaMixer.*Nothing was"):
         patch(model)
     assert [m.forward for m in model.modules()] == forwards  # nothing replaced
 

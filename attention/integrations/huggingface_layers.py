@@ -8,19 +8,33 @@ replaces the `forward` of each such layer that this package computes with one wr
 on the package's functions, reading the layer's own weights and keeping its state in
 the model's own cache, so that prefill, decoding and `generate` run through it:
 
-| layer | model | recurrence ([`delta_rule_attention`][attention.delta_rule.delta_rule_attention]) |
+| layer | model | recurrence |
 |---|---|---|
 | `Qwen3NextGatedDeltaNet` | Qwen3-Next | the gated delta rule, a gate per head |
 | `Qwen3_5GatedDeltaNet`, `Qwen3_5MoeGatedDeltaNet` | Qwen3.5 | the same, a projection each |
 | `KimiLinearDeltaAttention` | Kimi Linear | the same, a gate per key channel |
+| `MiniMaxLightningAttention` | MiniMax-Text-01 | linear attention, a decay per head |
+| `Mamba2Mixer` | Mamba-2 | the state-space scan (SSD), a decay per step and head |
 
-Each layer computes, from its input $x_t$: the projections, a depthwise causal
-convolution over time with SiLU (its last ``K - 1`` inputs are the cache's "conv
-state"), L2-normalised queries and keys, the gated delta rule (its state $S$ is the
-cache's "recurrent state"), an RMS norm of the output gated by a projection of $x_t$,
-and the output projection. Every layer of another token-mixing kind that the package
-does not compute here is refused by name before anything is replaced: no layer is left
-on Transformers' code while the model is said to run on the package.
+The gated delta rule is
+[`delta_rule_attention`][attention.delta_rule.delta_rule_attention], linear attention
+with decay [`decayed_linear_attention`][attention.linear_decay.decayed_linear_attention],
+the scan [`ssd`][attention.state_space.ssd].
+
+A delta-rule layer computes, from its input $x_t$: the projections, a depthwise causal
+convolution over time with SiLU (its last ``K`` inputs are the cache's "conv state"),
+L2-normalised queries and keys, the gated delta rule (its state $S$ is the cache's
+"recurrent state"), an RMS norm of the output gated by a projection of $x_t$, and the
+output projection. Lightning attention computes SiLU of one projection as query, key
+and value, linear attention with a fixed decay $e^{-s_h}$ per head and scale 1 (its
+state is the cache's "linear cache"), then an RMS norm, a sigmoid gate and the output
+projection. Mamba-2's mixer computes one projection into the gate, $x$, $B$, $C$ and
+$\Delta$, the same short convolution over $(x, B, C)$, the SSD scan from the cache's
+"recurrent state", then the gated RMS norm and the output projection.
+
+Every layer of another token-mixing kind that the package does not compute here is
+refused by name before anything is replaced: no layer is left on Transformers' code
+while the model is said to run on the package.
 
 Requires Transformers 5 or later, as `register` does.
 """
@@ -36,7 +50,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.delta_rule import delta_rule_attention
+from attention.linear_decay import decayed_linear_attention
 from attention.normalization import rms_norm
+from attention.state_space import ssd
 
 __all__ = ["patch"]
 
@@ -46,12 +62,14 @@ KINDS = {
     "Qwen3_5GatedDeltaNet": "gated_delta_net",
     "Qwen3_5MoeGatedDeltaNet": "gated_delta_net",
     "KimiLinearDeltaAttention": "kimi_delta_attention",
+    "MiniMaxLightningAttention": "lightning_attention",
+    "Mamba2Mixer": "mamba2",
 }
 # The other token mixers of Transformers 5.23's models that compute without
 # AttentionInterface, which `patch` refuses: Mamba and Mamba-2 mixers (Mamba2Mixer,
 # BambaMixer, NemotronHMamba2Mixer, ...), other Gated DeltaNets (OLMo Hybrid's), LFM's
-# short convolutions, MiniMax's lightning attention, RWKV's and GLM-5-Next's linear
-# attention. By the end of the class name, or the whole name.
+# short convolutions, RWKV's and GLM-5-Next's linear attention. By the end of the class
+# name, or the whole name.
 _OTHER_MIXERS = ("GatedDeltaNet", "DeltaAttention", "Mixer", "ShortConv", "LightningAttention")
 _OTHER_MIXER_NAMES = frozenset({"RwkvLinearAttention", "Glm5NextTextLinearAttention"})
 
@@ -64,11 +82,12 @@ def patch(model: nn.Module) -> dict[str, int]:
     """Compute every linear-attention layer of ``model`` with this package.
 
     Replaces, on each layer instance, the `forward` of every Qwen3-Next and Qwen3.5
-    (dense or MoE) Gated DeltaNet layer and every Kimi Linear delta-attention layer with one written
-    on [`delta_rule_attention`][attention.delta_rule.delta_rule_attention] (see the
-    module docstring). The layer's weights, its cache entries and its call signature
-    stay the same. The softmax layers are not touched: select this package for them
-    with `register`, as ``attn_implementation``.
+    (dense or MoE) Gated DeltaNet layer, every Kimi Linear delta-attention layer,
+    every MiniMax lightning-attention layer and every Mamba-2 mixer with one written on
+    the package's
+    functions (see the module docstring). The layer's weights, its cache entries and
+    its call signature stay the same. The softmax layers are not touched: select this
+    package for them with `register`, as ``attn_implementation``.
 
     Args:
         model: A Transformers model (or any module holding such layers).
@@ -79,7 +98,7 @@ def patch(model: nn.Module) -> dict[str, int]:
 
     Raises:
         NotImplementedError: If the model holds a token mixer of another kind (a
-            Mamba-2 mixer, MiniMax's lightning attention, ...), named with its class;
+            Mamba mixer, an LFM short convolution, ...), named with its class;
             nothing is replaced then.
 
     Examples:
@@ -120,21 +139,39 @@ def patch(model: nn.Module) -> dict[str, int]:
     return {kind: len(layers) for kind, layers in replaced.items()}
 
 
-def _bound(forward: Callable[..., Tensor], layer: nn.Module) -> Callable[..., Tensor]:
-    def call(
+def _bound(forward: Callable[..., Any], layer: nn.Module) -> Callable[..., Any]:
+    """``forward`` with ``layer`` as its first argument, called as the layer is called."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return forward(layer, *args, **kwargs)
+
+    return call
+
+
+def _called_with_cache_params(
+    compute: Callable[[Any, Tensor, Any, Tensor | None], Tensor],
+) -> Callable[..., Tensor]:
+    """A layer's forward, called as Transformers calls these layers.
+
+    ``compute(layer, x, cache, attention_mask)`` gets the input with its padding
+    positions zeroed, as the models zero them first.
+    """
+
+    def forward(
+        layer: Any,
         hidden_states: Tensor,
         cache_params: Any = None,
         attention_mask: Tensor | None = None,
         **kwargs: Any,
     ) -> Tensor:
-        return forward(layer, hidden_states, cache_params, attention_mask)
+        x = _zero_padding(hidden_states, attention_mask)
+        return compute(layer, x, cache_params, attention_mask)
 
-    return call
+    return forward
 
 
 def _gated_delta_net(layer: Any, x: Tensor, cache: Any, attention_mask: Tensor | None) -> Tensor:
     """Qwen3-Next's and Qwen3.5's Gated DeltaNet layer: a gate per step and value head."""
-    x = _zero_padding(x, attention_mask)
     B, L, _ = x.shape
     Hk, Hv, Dk, Dv = layer.num_k_heads, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim
     group = Hv // Hk  # value heads per key head
@@ -166,7 +203,6 @@ def _kimi_delta_attention(
     layer: Any, x: Tensor, cache: Any, attention_mask: Tensor | None
 ) -> Tensor:
     """Kimi Linear's delta attention: the gated delta rule with a gate per key channel."""
-    x = _zero_padding(x, attention_mask)
     B, L, _ = x.shape
     H, D = layer.num_heads, layer.head_dim
     mixed = torch.cat([layer.q_proj(x), layer.k_proj(x), layer.v_proj(x)], dim=-1)
@@ -183,9 +219,77 @@ def _kimi_delta_attention(
     return out
 
 
-_FORWARDS: dict[str, Callable[..., Tensor]] = {
-    "gated_delta_net": _gated_delta_net,
-    "kimi_delta_attention": _kimi_delta_attention,
+def _lightning_attention(
+    layer: Any,
+    hidden_states: Tensor,
+    position_embeddings: Any = None,
+    attention_mask: Tensor | None = None,
+    past_key_values: Any = None,
+    **kwargs: Any,
+) -> tuple[Tensor, Tensor]:
+    """MiniMax-Text-01's lightning attention: linear attention, a fixed decay per head.
+
+    Returns the output and the final state, as the layer does.
+    """
+    B, L, _ = hidden_states.shape
+    H, D = layer.num_attention_heads, layer.head_dim
+    qkv = _zero_padding(layer.act_fn(layer.qkv_proj(hidden_states)), attention_mask)
+    q, k, v = (t.transpose(1, 2) for t in torch.split(qkv.view(B, L, H, 3 * D), D, dim=-1))
+    state = None if past_key_values is None else past_key_values.get_linear_cache(layer.layer_idx)
+    if not isinstance(state, Tensor):  # the cache holds nothing for this layer yet
+        state = None
+    core, state = decayed_linear_attention(
+        q,
+        k,
+        v,
+        torch.exp(-layer.slope_rate.view(H)).to(q.dtype),  # e^{-s_h}: the decay per step
+        form="recurrent" if L == 1 else "chunked",
+        chunk_size=layer.block_size,
+        scale=1.0,
+        initial_state=state,
+        return_state=True,
+    )
+    core = core.transpose(1, 2).reshape(B, L, H * D)
+    out = layer.out_proj(torch.sigmoid(layer.output_gate(hidden_states)) * layer.norm(core))
+    if past_key_values is not None:
+        past_key_values.set_linear_cache(layer.layer_idx, state)
+    return out, state
+
+
+def _mamba2(layer: Any, x0: Tensor, cache: Any, attention_mask: Tensor | None) -> Tensor:
+    """Mamba-2's mixer: the SSD scan between a short convolution and a gated norm."""
+    B, L, _ = x0.shape
+    H, P, G, N = layer.num_heads, layer.head_dim, layer.n_groups, layer.ssm_state_size
+    inner = layer.intermediate_size  # H P
+    projected = layer.in_proj(x0)
+    gate, xBC, dt = projected.split([inner, layer.conv_dim, H], dim=-1)
+    xBC = _zero_padding(_short_convolution(layer, xBC, cache), attention_mask)
+    x, Bm, Cm = torch.split(xBC, [inner, G * N, G * N], dim=-1)
+    state = None if cache is None else cache.get_recurrent_state(layer.layer_idx, state_idx=0)
+    y, final = ssd(
+        x.view(B, L, H, P),
+        F.softplus(dt + layer.dt_bias).clamp(*layer.time_step_limit),  # the step sizes
+        -torch.exp(layer.A_log.float()),  # A < 0, in float32 as the mixer makes it
+        Bm.view(B, L, G, N),
+        Cm.view(B, L, G, N),
+        layer.D,
+        form="recurrent" if L == 1 else "chunked",
+        chunk_size=layer.chunk_size,
+        initial_state=state,
+        return_state=True,
+    )
+    if cache is not None:
+        cache.update_recurrent_state(final, layer_idx=layer.layer_idx)
+    gated = layer.norm(y.reshape(B, L, inner), gate)  # RMS norm of y times SiLU(gate)
+    out: Tensor = layer.out_proj(gated.to(x0.dtype))
+    return out
+
+
+_FORWARDS: dict[str, Callable[..., Any]] = {
+    "gated_delta_net": _called_with_cache_params(_gated_delta_net),
+    "kimi_delta_attention": _called_with_cache_params(_kimi_delta_attention),
+    "lightning_attention": _lightning_attention,
+    "mamba2": _called_with_cache_params(_mamba2),
 }
 
 
