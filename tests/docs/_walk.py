@@ -167,7 +167,15 @@ AXE_PLANS = {
     "dark": AxePlan(as_opened=False, laid_out_rules=COLOUR_RULES, laid_out_on="html"),
 }
 
-SAME_DOCUMENT = """() => {
+SAME_DOCUMENT = """async () => {
+  // The explorers mount after the load (a module imported on demand): the digest waits
+  // for them, so that a busy machine cannot make the schemes differ by timing alone.
+  const explorers = () => [...document.querySelectorAll('[data-explorer]')];
+  const deadline = performance.now() + 30000;
+  while (explorers().some((e) => e.dataset.mounted !== 'true') && performance.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  const unmounted = explorers().filter((e) => e.dataset.mounted !== 'true').length;
   // A figure's twins, each with the lightbox link around it, and the palette switch.
   const twin = 'img[src*="#only-light"], img[src*="#only-dark"], a.glightbox[data-gallery], '
     + '[data-md-component="palette"] *';
@@ -186,7 +194,8 @@ SAME_DOCUMENT = """() => {
     hash ^= text.charCodeAt(i);
     hash = Math.imul(hash, 0x01000193) >>> 0;
   }
-  return parts.length + ':' + hash.toString(16);
+  const late = unmounted ? ` (${unmounted} explorers not mounted after 30 s)` : '';
+  return parts.length + ':' + hash.toString(16) + late;
 }"""
 
 
