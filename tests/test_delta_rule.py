@@ -315,11 +315,6 @@ def float64_inside(monkeypatch: pytest.MonkeyPatch) -> Callable[[torch.dtype], N
     return use
 
 
-def l2_normalize(x: torch.Tensor) -> torch.Tensor:
-    """The models' L2 norm (FLA's): ε = 1e-6 inside the root, not a floor on the norm."""
-    return x / torch.sqrt((x * x).sum(dim=-1, keepdim=True) + 1e-6)
-
-
 def model_inputs(
     per_channel: bool, dtype: torch.dtype, *, Hk: int, Hv: int, Dv: int
 ) -> dict[str, torch.Tensor]:
@@ -344,7 +339,7 @@ def ours_on(
     ``(B, H, L, ·)``, the gate exp(g)."""
     group = inputs["value"].shape[2] // inputs["key"].shape[2]
     q, k = (
-        l2_normalize(inputs[n]).repeat_interleave(group, dim=2).transpose(1, 2)
+        huggingface_layers._unit(inputs[n]).repeat_interleave(group, dim=2).transpose(1, 2)
         for n in ("query", "key")
     )
     out, state = delta_rule_attention(

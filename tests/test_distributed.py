@@ -219,8 +219,8 @@ def _fail_to_join_on_rank_one(
     failures_left.write_text(str(times))
 
     def flaky_join(*args: Any, **kwargs: Any) -> None:
-        left = int(failures_left.read_text())
-        if kwargs["rank"] == 1 and left > 0:
+        # Only rank 1 touches the file: rank 0 could read it half written.
+        if kwargs["rank"] == 1 and (left := int(failures_left.read_text())) > 0:
             failures_left.write_text(str(left - 1))
             raise RuntimeError("Gloo connectFullMesh failed with [pair.cc:553] Connection closed")
         join(*args, **kwargs)

@@ -587,8 +587,14 @@ def test_sinks_of_another_shape_raise(kwargs: dict[str, torch.Tensor], match: st
 # --- DeepSeek sparse attention: the keys each query's indexer chose (`indices`) --------
 
 
-@pytest.mark.parametrize("masked", [True, False], ids=["causal-mask", "no-mask"])
-def test_chosen_keys_equal_deepseeks_eager_with_them_folded_into_the_mask(masked: bool) -> None:
+@pytest.mark.parametrize(
+    ("masked", "causal_layer"),
+    [(True, False), (False, False), (False, True)],
+    ids=["causal-mask", "no-mask", "no-mask-causal-layer"],
+)
+def test_chosen_keys_equal_deepseeks_eager_with_them_folded_into_the_mask(
+    masked: bool, causal_layer: bool
+) -> None:
     """Transformers' eager path folds the indexer's choice into the mask (DeepSeek-V3.2's
     attention, `index_mask`); every other name gets `indices` and must apply them."""
     from transformers.models.deepseek_v32.modeling_deepseek_v32 import eager_attention_forward
@@ -602,10 +608,13 @@ def test_chosen_keys_equal_deepseeks_eager_with_them_folded_into_the_mask(masked
     indices = torch.rand(B, L, L, generator=generator).argsort(-1)[..., :k].int()  # (B, L, k)
     causal = torch.ones(L, L, dtype=torch.bool).tril()
     minimum = torch.finfo(torch.float32).min
-    mask = torch.zeros(B, 1, L, L).masked_fill(~causal, minimum) if masked else None
+    written = torch.zeros(B, 1, L, L).masked_fill(~causal, minimum)  # eager's causal mask
+    mask = written if masked else None
+    # What eager gets: the causal mask, also when only the layer says it is causal.
+    base = written if masked or causal_layer else torch.zeros(B, 1, L, L)
     index_mask = torch.ones(B, L, L, dtype=torch.bool).scatter(-1, indices.long(), False)
-    folded = (mask if masked else torch.zeros(B, 1, L, L)).masked_fill(index_mask[:, None], minimum)
-    layer.is_causal = False  # what is causal is in the mask, if anywhere
+    folded = base.masked_fill(index_mask[:, None], minimum)
+    layer.is_causal = causal_layer  # with no mask, this package takes causality from it
     eager, _ = eager_attention_forward(layer, q, key, v, folded, scaling=0.4)
     ours, _ = attention_forward(layer, q, key, v, mask, scaling=0.4, indices=indices)
     dense, _ = attention_forward(layer, q, key, v, mask, scaling=0.4)

@@ -132,7 +132,7 @@ def run_on_ranks(
             return _launch(fn, world_size, args, timeout, deadline, threads, method)
         except _JoinError as failed:
             if attempt == _JOIN_ATTEMPTS or time.monotonic() >= deadline:
-                raise RuntimeError(f"{failed.error} (joining failed {attempt} times)") from None
+                raise RuntimeError(f"{failed} (joining failed {attempt} times)") from None
     raise AssertionError("unreachable")  # the last attempt returns or raises
 
 
@@ -145,12 +145,8 @@ class _Outcome(NamedTuple):
     joined: bool
 
 
-class _JoinError(Exception):
+class _JoinError(RuntimeError):
     """The first rank to fail failed while joining the group: nothing of ``fn`` ran."""
-
-    def __init__(self, error: RuntimeError) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 def _launch(
@@ -264,7 +260,7 @@ def _receive(
     """Read one rank's outcome, if it sent one (its pipe ends when the rank does)."""
     rank = readers.pop(reader)
     with contextlib.suppress(EOFError):  # it ended without a word: killed, os._exit
-        outcomes[rank] = _Outcome(*pickle.loads(reader.recv_bytes()))
+        outcomes[rank] = pickle.loads(reader.recv_bytes())
     reader.close()
 
 
@@ -282,7 +278,7 @@ def _rank_error(
     outcomes: dict[int, _Outcome],
     world_size: int,
     error: ProcessException | None,
-) -> RuntimeError | _JoinError:
+) -> RuntimeError:
     """The error for the first rank that failed, with its traceback.
 
     `_JoinError` when that rank failed while joining the group (nothing of ``fn`` ran).
@@ -300,8 +296,8 @@ def _rank_error(
         return RuntimeError(f"ranks {missing} of {world_size} exited without returning (os._exit?)")
     others = sorted(set(failed) - {first})
     after = f"\n(after it, ranks {others} failed too)" if others else ""
-    failure = RuntimeError(f"rank {first} of {world_size} failed:{cause}{after}")
-    return _JoinError(failure) if first in failed and not outcomes[first].joined else failure
+    kind = _JoinError if first in failed and not outcomes[first].joined else RuntimeError
+    return kind(f"rank {first} of {world_size} failed:{cause}{after}")
 
 
 def _stop(processes: list[Any]) -> None:
@@ -350,11 +346,11 @@ def _rank(
         returned = fn(*args)
         # Pickled by value here: a tensor sent through torch.multiprocessing would be
         # shared memory, which this process, about to exit, could not keep serving.
-        outcome = pickle.dumps((True, time.time(), returned, joined))
+        outcome = pickle.dumps(_Outcome(True, time.time(), returned, joined))
     except BaseException:
         # Sent before leaving the group: the ranks this one leaves waiting fail after
         # it, and their errors ("connection closed") are stamped later than the cause.
-        failure = (False, time.time(), traceback.format_exc(), joined)
+        failure = _Outcome(False, time.time(), traceback.format_exc(), joined)
         results.send_bytes(pickle.dumps(failure))
         raise  # torch.multiprocessing sees the failure too, and stops the other ranks
     else:

@@ -344,7 +344,8 @@ def attention_forward(
     mask: Tensor | None = attention_mask
     if mask is not None and mask.dtype == torch.bool:
         mask = _additive(mask, query.dtype)
-    if (position_bias is not None or sinks is not None) and is_causal:
+    if (position_bias is not None or sinks is not None or indices is not None) and is_causal:
+        # Something else goes into the mask: causality is written out in it too.
         causal = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
         mask = _additive(causal, query.dtype)
         is_causal = False
@@ -353,12 +354,11 @@ def attention_forward(
     if indices is not None:
         # DeepSeek sparse attention: each query attends only to the keys its indexer
         # chose, as Transformers' eager path folds them into the mask.
-        if mask is None:
-            allowed = torch.ones(L, S, dtype=torch.bool, device=query.device)
-            mask = _additive(allowed.tril() if is_causal else allowed, query.dtype)
-            is_causal = False
         chosen = topk_mask(indices, S).unsqueeze(1)  # (B, 1, L, S)
-        mask = mask.masked_fill(~chosen, torch.finfo(query.dtype).min)
+        if mask is None:
+            mask = _additive(chosen, query.dtype)
+        else:
+            mask = mask.masked_fill(~chosen, torch.finfo(query.dtype).min)
 
     value_for_weights = value
     if sinks is not None:

@@ -41,7 +41,7 @@ Requires Transformers 5 or later, as `register` does.
 
 from __future__ import annotations
 
-import math
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -66,10 +66,10 @@ KINDS = {
     "Mamba2Mixer": "mamba2",
 }
 # The other token mixers of Transformers 5.23's models that compute without
-# AttentionInterface, which `patch` refuses: Mamba and Mamba-2 mixers (Mamba2Mixer,
-# BambaMixer, NemotronHMamba2Mixer, ...), other Gated DeltaNets (OLMo Hybrid's), LFM's
-# short convolutions, RWKV's and GLM-5-Next's linear attention. By the end of the class
-# name, or the whole name.
+# AttentionInterface, which `patch` refuses: Mamba-1's and the hybrids' Mamba mixers
+# (MambaMixer, BambaMixer, NemotronHMamba2Mixer, ...), other Gated DeltaNets (OLMo
+# Hybrid's), LFM's short convolutions, RWKV's and GLM-5-Next's linear attention. By the
+# end of the class name, or the whole name.
 _OTHER_MIXERS = ("GatedDeltaNet", "DeltaAttention", "Mixer", "ShortConv", "LightningAttention")
 _OTHER_MIXER_NAMES = frozenset({"RwkvLinearAttention", "Glm5NextTextLinearAttention"})
 
@@ -84,8 +84,7 @@ def patch(model: nn.Module) -> dict[str, int]:
     Replaces, on each layer instance, the `forward` of every Qwen3-Next and Qwen3.5
     (dense or MoE) Gated DeltaNet layer, every Kimi Linear delta-attention layer,
     every MiniMax lightning-attention layer and every Mamba-2 mixer with one written on
-    the package's
-    functions (see the module docstring). The layer's weights, its cache entries and
+    the package's functions (see the module docstring). The layer's weights, its cache entries and
     its call signature stay the same. The softmax layers are not touched: select this
     package for them with `register`, as ``attn_implementation``.
 
@@ -135,17 +134,8 @@ def patch(model: nn.Module) -> dict[str, int]:
         forward = _FORWARDS[kind]
         for layer in layers:
             # Bound to this instance: other models of the class keep Transformers' code.
-            layer.forward = _bound(forward, layer)
+            layer.forward = types.MethodType(forward, layer)
     return {kind: len(layers) for kind, layers in replaced.items()}
-
-
-def _bound(forward: Callable[..., Any], layer: nn.Module) -> Callable[..., Any]:
-    """``forward`` with ``layer`` as its first argument, called as the layer is called."""
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        return forward(layer, *args, **kwargs)
-
-    return call
 
 
 def _called_with_cache_params(
@@ -341,20 +331,19 @@ def _delta_rule(
     """The gated delta rule from the cache's state, the new state written back to it.
 
     Inputs ``(B, H, L, ·)``; returns ``(B, L, H, Dv)`` in the query's dtype. One step
-    (decoding) runs the recurrent form, more the chunked form, as the models do.
+    (decoding) runs the recurrent form, more the chunked form, as the models do. The
+    gate is in the query's dtype or float32 (the models compute it in float32), as the
+    state the cache keeps: both are what ``delta_rule_attention`` takes.
     """
     state = None if cache is None else cache.get_recurrent_state(layer.layer_idx, state_idx=0)
-    decay = log_gate.clamp(min=_LOG_GATE_FLOOR).exp()
-    decay = decay.to(torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype)
     out, final = delta_rule_attention(
         q,
         k,
         v,
-        beta.to(decay.dtype),
-        decay,
+        beta,
+        log_gate.clamp(min=_LOG_GATE_FLOOR).exp(),
         form="recurrent" if q.shape[2] == 1 else "chunked",
-        scale=1 / math.sqrt(q.shape[-1]),
-        initial_state=None if state is None else state.to(decay.dtype),
+        initial_state=state,
         return_state=True,
     )
     if cache is not None:
