@@ -7,8 +7,13 @@ fixtures by name. The fixtures of one part of the suite live beside it:
 
 from __future__ import annotations
 
+import functools
+import os
+import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -17,6 +22,89 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 TUTORIALS = DOCS / "tutorials"
 BUILD = ROOT / "build"  # what the tests build and write (ignored by git)
+# The site build's line for the session's summary, written by the process that built it
+# (tests/docs/conftest.py): under `pytest -n` a worker, not the process that reports.
+BUILD_SUMMARY = BUILD / "test-site" / ".build-summary"
+_IMPORTED = time.time()
+
+
+# Session fixtures too costly to compute twice: under `pytest -n` every module that uses
+# one runs in the same worker (tests/docs/conftest.py defines them).
+SHARED_FIXTURES = ("site_walk", "phone_walk")  # the first is the longest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # `make test` runs two workers on two cores: an intra-op thread more per worker
+        # only waits for a core the other worker holds (one thread is what `one_thread`
+        # measured 50x faster for many small operations on a busy machine).
+        torch.set_num_threads(1)
+
+
+@functools.cache
+def work_unit(module: str) -> str:
+    """The unit of work a test module goes to a worker in: the first shared fixture its
+    source names, else the module itself, so that a module-scoped fixture also runs once.
+
+    Read from the source because the process that hands out the work collects no tests;
+    each worker checks it against what its tests really use
+    (``pytest_collection_modifyitems``).
+    """
+    text = (ROOT / module).read_text(encoding="utf-8")
+    return next((f for f in SHARED_FIXTURES if re.search(rf"\b{f}\b", text)), module)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``pytest -n`` hands out whole work units (`work_unit`), in collection order.
+
+    xdist's own ``--dist loadgroup`` cannot group them: it renames the tests by setting
+    ``item._nodeid``, which pytest 9.2 no longer reads.
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid.split("::", 1)[0])
+
+    return ByWorkUnit(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Check that every test that uses a shared fixture is in a module `work_unit`
+    groups with it (one that reached it through another fixture would not be).
+
+    Under ``pytest -n``, also order the work units, as xdist hands them out in
+    collection order: the site walk first (the site build, then the walk: the longest
+    chain), then every module that does not need the site, so that the other workers
+    compute while the site builds, then the modules that need it.
+    """
+    needs_site: dict[str, bool] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        fixtures = getattr(item, "fixturenames", ())
+        needs_site[module] = needs_site.get(module, False) or "built_site" in fixtures
+        for fixture in SHARED_FIXTURES:
+            if fixture in fixtures and work_unit(module) != fixture:
+                raise pytest.UsageError(
+                    f"{item.nodeid} uses {fixture}, but its module does not name it: "
+                    "under pytest -n it would compute it in a worker of its own"
+                )
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+
+        def rank(item: pytest.Item) -> int:
+            module = item.nodeid.split("::", 1)[0]
+            if work_unit(module) == SHARED_FIXTURES[0]:
+                return 0
+            return 2 if needs_site[module] else 1
+
+        items.sort(key=rank)  # stable: each module's tests stay in their order
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Report the site build's wall time (issue: under 90 s on two idle cores), measured
+    here rather than asserted: a test must not fail on a busy machine's clock."""
+    if BUILD_SUMMARY.is_file() and BUILD_SUMMARY.stat().st_mtime >= _IMPORTED:
+        terminalreporter.write_line(BUILD_SUMMARY.read_text())
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import FileLock
 
-from tests.conftest import BUILD, ROOT
+from tests.conftest import BUILD, BUILD_SUMMARY, ROOT
 from tests.docs._phone import PhoneWalk, walk_phones
 from tests.docs._walk import SiteWalk, walk_site
 
@@ -32,8 +33,12 @@ def built_site() -> Path:
     The tutorials come from the notebook cache where it holds their run (after
     ``make tutorials``, ``make docs`` or ``make serve``): its key covers everything a
     run depends on, so a cached run is the run the package as it is now gives, and a
-    fresh checkout (CI) executes them all. The build's wall time goes
-    to ``.build-seconds`` in the site folder and into the session's summary.
+    fresh checkout (CI) executes them all. The build's wall time goes into the
+    session's summary (``BUILD_SUMMARY``).
+
+    Under ``pytest -n`` (``make test``) the workers build it once between them: the
+    first to ask builds under a file lock, and the others, waiting on the lock, find
+    the site stamped with the run's id and use it.
 
     ``ATTENTION_PREBUILT_SITE=path`` skips the build and uses that site instead: only for
     iterating on the browser tests locally, never in CI.
@@ -41,6 +46,22 @@ def built_site() -> Path:
     if prebuilt := os.environ.get("ATTENTION_PREBUILT_SITE"):
         return Path(prebuilt)
     site = BUILD / "test-site"
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run_id is None:
+        return _build_site(site, run_id)
+    BUILD.mkdir(exist_ok=True)
+    with FileLock(BUILD / "test-site.lock"):
+        stamp = site / BUILT_BY
+        if stamp.is_file() and stamp.read_text() == run_id:
+            return site
+        return _build_site(site, run_id)
+
+
+# The run that built the site (xdist's id, shared by the workers of one run).
+BUILT_BY = ".built-by"
+
+
+def _build_site(site: Path, run_id: str | None) -> Path:
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     # Headless CI often sets this; a kernel that inherited it once drew no figure at all.
     # Building with it set proves the build chooses the tutorials' backend itself.
@@ -64,21 +85,13 @@ def built_site() -> Path:
         pytest.fail(f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}")
     (site / ".build-log").write_text(result.stderr)
     seconds = time.perf_counter() - start
-    (site / ".build-seconds").write_text(f"{seconds:.1f}")
     cached = result.stderr.count("executed from cache")
-    _build_seconds.append((seconds, cached))
+    tutorials = f"{cached} tutorials from the cache" if cached else "tutorials executed"
+    summary = f"site build (strict, {tutorials}): {seconds:.1f} s wall"
+    (site / BUILD_SUMMARY.name).write_text(summary)
+    if run_id is not None:
+        (site / BUILT_BY).write_text(run_id)
     return site
-
-
-_build_seconds: list[tuple[float, int]] = []
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Report the build's wall time (issue: under 90 s on two idle cores), measured
-    here rather than asserted: a test must not fail on a busy machine's clock."""
-    for seconds, cached in _build_seconds:
-        tutorials = f"{cached} tutorials from the cache" if cached else "tutorials executed"
-        terminalreporter.write_line(f"site build (strict, {tutorials}): {seconds:.1f} s wall")
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -86,11 +99,19 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A browser that closed a page before its answer (a favicon's 404, say) is
+        # not an error of the site's; anything else still prints its traceback.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 @pytest.fixture(scope="session")
 def site_url(built_site: Path) -> Iterator[str]:
     """Serve the built site on 127.0.0.1 (a free port) for the browser tests."""
     handler = functools.partial(_QuietHandler, directory=str(built_site))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _Server(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
