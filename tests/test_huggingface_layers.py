@@ -1,16 +1,16 @@
 """attention.integrations.huggingface.patch: whole hybrid models on the package.
 
 Each family below is a tiny random model (nothing downloaded) with one linear-attention
-layer and one softmax layer (Mamba-2: one mixer alone). Its softmax layer runs on
-`register()`, its linear layer on `patch()`; against the same weights on Transformers'
-eager code:
+layer and one softmax layer (Mamba-2: one mixer alone; DiffLlama: two differential
+attention layers). Its softmax layer runs on `register()`, its other layers on
+`patch()`; against the same weights on Transformers' eager code:
 
 - the logits agree within 1e-5 of their size in float32, without and with left padding;
 - greedy generation gives the same tokens;
 - decoding token by token from the model's cache (the convolution's and the delta
   rule's states) gives the logits of the full forward pass;
-- a spy counts the package's recurrence calls (delta rule, decayed linear attention),
-  so the comparison cannot pass on Transformers' own code.
+- a spy counts the package's calls (delta rule, decayed linear attention, SSD,
+  differential attention), so the comparison cannot pass on Transformers' own code.
 
 A model with a token mixer `patch` does not compute is refused by name, unchanged.
 """
@@ -40,7 +40,10 @@ FAMILIES = {
     "KimiLinearForCausalLM": "kimi_delta_attention",
     "MiniMaxForCausalLM": "lightning_attention",
     "Mamba2ForCausalLM": "mamba2",
+    "DiffLlamaForCausalLM": "differential_attention",
 }
+# How many layers `patch` replaces in each: the linear one, or DiffLlama's two.
+PATCHED = {name: 2 if name == "DiffLlamaForCausalLM" else 1 for name in FAMILIES}
 LAYER_TYPES = ["linear_attention", "full_attention"]
 RTOL = 1e-5  # of the largest |logit|, as in tests/test_hf_families.py
 L, PAD = 9, 3
@@ -48,11 +51,17 @@ L, PAD = 9, 3
 
 @pytest.fixture
 def recurrence_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """How many positions the package's recurrences computed, call by call."""
+    """How many positions the package's functions computed, call by call."""
     calls: list[int] = []
     # Each function's first argument, and where its length is: (B, H, L, D) or, for
     # ssd, Mamba's (B, L, H, P).
-    for name, length in (("delta_rule_attention", 2), ("decayed_linear_attention", 2), ("ssd", 1)):
+    spied = (
+        ("delta_rule_attention", 2),
+        ("decayed_linear_attention", 2),
+        ("ssd", 1),
+        ("differential_attention", 2),
+    )
+    for name, length in spied:
         original = getattr(huggingface_layers, name)
 
         def counting(*args: Any, _f: Any = original, _at: int = length, **kwargs: Any) -> Any:
@@ -73,12 +82,17 @@ def models(name: str) -> tuple[Any, Any]:
         )  # fmt: skip
     else:
         config = tiny_config(cls.config_class)
-        text = config.get_text_config()
-        text.layer_types = LAYER_TYPES
-        text.num_hidden_layers = len(LAYER_TYPES)
+        if name != "DiffLlamaForCausalLM":  # DiffLlama: every layer differential, two
+            text = config.get_text_config()
+            text.layer_types = LAYER_TYPES
+            text.num_hidden_layers = len(LAYER_TYPES)
     eager = build(cls, config, "eager")
     with torch.no_grad():
         for module in eager.modules():
+            # Larger lambda vectors: lambda moves well away from lambda_init.
+            for vector in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
+                if hasattr(module, vector):
+                    getattr(module, vector).mul_(4)
             # Gates with a long memory (decay in (0.5, 1)) and biases that are not zero,
             # so that the state carries over many positions.
             for holder in (module, getattr(module, "forget_gate", None)):
@@ -87,7 +101,7 @@ def models(name: str) -> tuple[Any, Any]:
                     holder.dt_bias.normal_()
     ours = build(cls, config, NAME)
     ours.load_state_dict(eager.state_dict())
-    assert patch(ours) == {FAMILIES[name]: 1}
+    assert patch(ours) == {FAMILIES[name]: PATCHED[name]}
     return eager, ours
 
 
@@ -119,7 +133,7 @@ def test_patched_model_gives_eagers_logits(
         actual = ours(**batch).logits
     keep = batch["attention_mask"].bool()  # padded queries are not compared
     close(actual[keep], expected[keep])
-    assert recurrence_calls == [L]  # the one linear layer, on the package
+    assert recurrence_calls == [L] * PATCHED[name]  # each patched layer, on the package
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -131,7 +145,8 @@ def test_greedy_generation_gives_eagers_tokens(name: str, recurrence_calls: list
         expected = eager.generate(**batch, **settings)
         actual = ours.generate(**batch, **settings)
     assert torch.equal(actual, expected)
-    assert recurrence_calls[0] == L and recurrence_calls[1:] == [1] * 5  # prefill, then steps
+    n = PATCHED[name]
+    assert recurrence_calls == [L] * n + [1] * 5 * n  # prefill, then steps
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -160,7 +175,8 @@ def test_decoding_from_the_cache_equals_the_full_forward(
             step = ours(input_ids=ids[:, t : t + 1], use_cache=True, **given)
             pieces.append(step.logits)
     close(torch.cat(pieces, dim=1), full)
-    assert recurrence_calls == [L, prefix] + [1] * (L - prefix)
+    n = PATCHED[name]
+    assert recurrence_calls == [L] * n + [prefix] * n + [1] * (L - prefix) * n
 
 
 def test_a_mixer_the_package_does_not_compute_is_refused_by_name() -> None:
@@ -175,3 +191,16 @@ def test_a_mixer_the_package_does_not_compute_is_refused_by_name() -> None:
 def test_a_model_without_linear_layers_is_left_as_it_is() -> None:
     model = build(transformers.LlamaForCausalLM, tiny_config(transformers.LlamaConfig), "eager")
     assert patch(model) == {}
+
+
+def test_the_differential_layer_gives_eagers_attention_weights() -> None:
+    """Asked for them, DiffLlama returns the weights of its first softmax call, every
+    query head's (the second map's heads after the first's); so does the patched layer."""
+    eager, ours = models("DiffLlamaForCausalLM")
+    batch = inputs(eager.config.vocab_size, padded=True)
+    with torch.no_grad():
+        expected = eager(**batch, output_attentions=True).attentions
+        actual = ours(**batch, output_attentions=True).attentions
+    assert len(actual) == len(expected) == PATCHED["DiffLlamaForCausalLM"]
+    for ours_layer, eager_layer in zip(actual, expected, strict=True):
+        torch.testing.assert_close(ours_layer, eager_layer, atol=1e-6, rtol=0)

@@ -73,6 +73,7 @@ from torch import Tensor, nn
 
 from attention import efficient, functional
 from attention.indexer import topk_mask
+from attention.integrations._masks import additive, causality
 from attention.integrations.huggingface_layers import patch
 from attention.softcap import softcap_score_mod
 
@@ -322,32 +323,23 @@ def attention_forward(
 
     B, H, L, S = query.shape[0], query.shape[1], query.shape[-2], key.shape[-2]
     enable_gqa = key.shape[1] != H
-    # Transformers' SDPA rule: causality from the call, else from the layer, and only
-    # when there is no mask and more than one query (one query may see every cached
-    # key). The registered mask function leaves the mask out only for models that
-    # declare SDPA support (`_mask_for_the_model`), which promise that their layers'
-    # `is_causal` is right.
-    if is_causal_arg is None:
-        is_causal_arg = getattr(module, "is_causal", True)
-    is_causal = bool(is_causal_arg) and attention_mask is None and L > 1
-    if is_causal and S > L:
-        # Only an empty static cache gives S > L without a mask: the keys past L are
-        # the cache's unused slots, as transformers' sdpa path assumes.
-        key, value = key[..., :L, :], value[..., :L, :]
+    is_causal, keys = causality(module, attention_mask, is_causal_arg, L, S)
+    if keys < S:
+        key, value = key[..., :keys, :], value[..., :keys, :]
         if position_bias is not None:
-            position_bias = position_bias[..., :L]
-        S = L
+            position_bias = position_bias[..., :keys]
+        S = keys
 
     # The eager path adds a float mask: 0 where a query may attend, the dtype's most
     # negative number where it may not (so a query that sees no key attends to all
     # keys equally rather than returning zero, as in eager).
     mask: Tensor | None = attention_mask
     if mask is not None and mask.dtype == torch.bool:
-        mask = _additive(mask, query.dtype)
+        mask = additive(mask, query.dtype)
     if (position_bias is not None or sinks is not None or indices is not None) and is_causal:
         # Something else goes into the mask: causality is written out in it too.
         causal = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
-        mask = _additive(causal, query.dtype)
+        mask = additive(causal, query.dtype)
         is_causal = False
     if position_bias is not None:
         mask = position_bias if mask is None else position_bias + mask
@@ -356,7 +348,7 @@ def attention_forward(
         # chose, as Transformers' eager path folds them into the mask.
         chosen = topk_mask(indices, S).unsqueeze(1)  # (B, 1, L, S)
         if mask is None:
-            mask = _additive(chosen, query.dtype)
+            mask = additive(chosen, query.dtype)
         else:
             mask = mask.masked_fill(~chosen, torch.finfo(query.dtype).min)
 
@@ -447,10 +439,3 @@ def _softcap_mod(softcap: float, keys: int) -> Callable[..., Tensor]:
         return torch.where(k < keys, cap(s, b, h, q, k), s)
 
     return score_mod
-
-
-def _additive(mask: Tensor, dtype: torch.dtype) -> Tensor:
-    """A boolean mask (True = attend) as eager's float mask: 0 or the dtype's minimum."""
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(
-        ~mask, torch.finfo(dtype).min
-    )

@@ -1,25 +1,28 @@
-r"""Transformers' linear-attention layers, computed by this package.
+r"""Transformers' token mixers beyond one softmax, computed by this package.
 
 [`register`][attention.integrations.huggingface.register] reaches every layer that looks
-its attention up in `transformers.AttentionInterface`: the softmax layers. A hybrid
+its attention up in `transformers.AttentionInterface`: each softmax it computes. A hybrid
 model's other token mixers compute their recurrence in code of their own, which no
-registered name reaches. [`patch`][attention.integrations.huggingface_layers.patch]
+registered name reaches, and a differential-attention layer combines two softmax maps
+in code of its own. [`patch`][attention.integrations.huggingface_layers.patch]
 replaces the `forward` of each such layer that this package computes with one written
 on the package's functions, reading the layer's own weights and keeping its state in
 the model's own cache, so that prefill, decoding and `generate` run through it:
 
-| layer | model | recurrence |
+| layer | model | what it computes |
 |---|---|---|
 | `Qwen3NextGatedDeltaNet` | Qwen3-Next | the gated delta rule, a gate per head |
 | `Qwen3_5GatedDeltaNet`, `Qwen3_5MoeGatedDeltaNet` | Qwen3.5 | the same, a projection each |
 | `KimiLinearDeltaAttention` | Kimi Linear | the same, a gate per key channel |
 | `MiniMaxLightningAttention` | MiniMax-Text-01 | linear attention, a decay per head |
 | `Mamba2Mixer` | Mamba-2 | the state-space scan (SSD), a decay per step and head |
+| `DiffLlamaAttention` | DiffLlama | differential attention: two softmax maps, one subtracted |
 
 The gated delta rule is
 [`delta_rule_attention`][attention.delta_rule.delta_rule_attention], linear attention
 with decay [`decayed_linear_attention`][attention.linear_decay.decayed_linear_attention],
-the scan [`ssd`][attention.state_space.ssd].
+the scan [`ssd`][attention.state_space.ssd], differential attention
+[`differential_attention`][attention.differential.differential_attention].
 
 A delta-rule layer computes, from its input $x_t$: the projections, a depthwise causal
 convolution over time with SiLU (its last ``K`` inputs are the cache's "conv state"),
@@ -30,7 +33,11 @@ and value, linear attention with a fixed decay $e^{-s_h}$ per head and scale 1 (
 state is the cache's "linear cache"), then an RMS norm, a sigmoid gate and the output
 projection. Mamba-2's mixer computes one projection into the gate, $x$, $B$, $C$ and
 $\Delta$, the same short convolution over $(x, B, C)$, the SSD scan from the cache's
-"recurrent state", then the gated RMS norm and the output projection.
+"recurrent state", then the gated RMS norm and the output projection. DiffLlama's
+attention computes RoPE ([`apply_rotary`][attention.positional.apply_rotary], at the
+positions the model passes), appends to the model's KV cache, and computes
+differential attention under the model's mask, its $\lambda$ from the layer's four
+vectors ([`differential_lambda`][attention.differential.differential_lambda]).
 
 Every layer of another token-mixing kind that the package does not compute here is
 refused by name before anything is replaced: no layer is left on Transformers' code
@@ -50,8 +57,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.delta_rule import delta_rule_attention
+from attention.differential import differential_attention, differential_lambda
+from attention.functional import attention_weights
+from attention.integrations._masks import additive, causality
 from attention.linear_decay import decayed_linear_attention
 from attention.normalization import rms_norm
+from attention.positional import apply_rotary
 from attention.state_space import ssd
 
 __all__ = ["patch"]
@@ -64,6 +75,7 @@ KINDS = {
     "KimiLinearDeltaAttention": "kimi_delta_attention",
     "MiniMaxLightningAttention": "lightning_attention",
     "Mamba2Mixer": "mamba2",
+    "DiffLlamaAttention": "differential_attention",
 }
 # The other token mixers of Transformers 5.23's models that compute without
 # AttentionInterface, which `patch` refuses: Mamba-1's and the hybrids' Mamba mixers
@@ -79,14 +91,15 @@ _LOG_GATE_FLOOR = -80.0
 
 
 def patch(model: nn.Module) -> dict[str, int]:
-    """Compute every linear-attention layer of ``model`` with this package.
+    """Compute every linear-attention and differential-attention layer of ``model`` here.
 
     Replaces, on each layer instance, the `forward` of every Qwen3-Next and Qwen3.5
     (dense or MoE) Gated DeltaNet layer, every Kimi Linear delta-attention layer,
-    every MiniMax lightning-attention layer and every Mamba-2 mixer with one written on
-    the package's functions (see the module docstring). The layer's weights, its cache entries and
-    its call signature stay the same. The softmax layers are not touched: select this
-    package for them with `register`, as ``attn_implementation``.
+    every MiniMax lightning-attention layer, every Mamba-2 mixer and every DiffLlama
+    attention layer with one written on the package's functions (see the module
+    docstring). The layer's weights, its cache entries and its call signature stay the
+    same. The softmax layers are not touched: select this package for them with
+    `register`, as ``attn_implementation``.
 
     Args:
         model: A Transformers model (or any module holding such layers).
@@ -246,6 +259,75 @@ def _lightning_attention(
     return out, state
 
 
+def _differential_attention(
+    layer: Any,
+    hidden_states: Tensor,
+    position_embeddings: Any = None,
+    attention_mask: Tensor | None = None,
+    past_key_values: Any = None,
+    position_ids: Tensor | None = None,
+    **kwargs: Any,
+) -> tuple[Tensor, Tensor | None]:
+    """DiffLlama's attention: RoPE, the KV cache, then differential attention.
+
+    Its two softmax maps share the keys' positions; the first subtracts the second with
+    weight lambda, and each head's output is RMS-normalised (`differential_attention`).
+    DiffLlama pairs query heads ``i`` and ``i + H/2`` (keys likewise) and gives key head
+    ``j`` the value heads ``j`` and ``j + Hkv/2`` side by side. Returns the output and,
+    as DiffLlama does, the first call's attention weights when they are asked for:
+    those of every query head, the second map's heads after the first's.
+    """
+    B, L, _ = hidden_states.shape
+    D = layer.head_dim
+    q, k, v = (
+        proj(hidden_states).view(B, L, -1, D).transpose(1, 2)  # (B, heads, L, D)
+        for proj in (layer.q_proj, layer.k_proj, layer.v_proj)
+    )
+    if position_ids is None:  # the model passes them; else they follow the cache
+        start = 0 if past_key_values is None else past_key_values.get_seq_length(layer.layer_idx)
+        position_ids = torch.arange(start, start + L, device=q.device)[None]
+    rope = dict(layer.config.rope_parameters)
+    base = rope.pop("rope_theta")
+    scaling = None if rope.get("rope_type", "default") == "default" else rope
+    q, k = (
+        apply_rotary(t, position_ids[:, None, :], base=base, pairing="half", scaling=scaling)
+        for t in (q, k)
+    )
+    if past_key_values is not None:
+        k, v = past_key_values.update(k, v, layer.layer_idx)
+    is_causal, keys = causality(layer, attention_mask, kwargs.get("is_causal"), L, k.shape[-2])
+    k, v = k[..., :keys, :], v[..., :keys, :]
+    mask = attention_mask
+    if mask is not None and mask.dtype == torch.bool:
+        mask = additive(mask, q.dtype)  # a query that sees no key attends to all, as eager
+    q1, q2 = q.chunk(2, dim=1)  # (B, H/2, L, D) each
+    k1, k2 = k.chunk(2, dim=1)  # (B, Hkv/2, S, D) each
+    value = torch.cat(v.chunk(2, dim=1), dim=-1)  # (B, Hkv/2, S, 2D)
+    lam = differential_lambda(
+        layer.lambda_q1, layer.lambda_k1, layer.lambda_q2, layer.lambda_k2, layer.lambda_init
+    )
+    out = differential_attention(
+        q1,
+        k1,
+        q2,
+        k2,
+        value,
+        lam.to(q.dtype),
+        attn_mask=mask,
+        is_causal=is_causal,
+        scale=layer.scaling,
+        enable_gqa=k1.shape[1] != q1.shape[1],
+        lambda_init=layer.lambda_init,
+        eps=layer.groupnorm.eps,
+    )  # (B, H/2, L, 2D)
+    weights = None
+    if kwargs.get("output_attentions"):
+        weights = attention_weights(
+            q, k, mask, is_causal=is_causal, scale=layer.scaling, enable_gqa=True
+        )  # (B, H, L, S)
+    return layer.o_proj(out.transpose(1, 2).reshape(B, L, -1)), weights
+
+
 def _mamba2(layer: Any, x0: Tensor, cache: Any, attention_mask: Tensor | None) -> Tensor:
     """Mamba-2's mixer: the SSD scan between a short convolution and a gated norm."""
     B, L, _ = x0.shape
@@ -280,6 +362,7 @@ _FORWARDS: dict[str, Callable[..., Any]] = {
     "kimi_delta_attention": _called_with_cache_params(_kimi_delta_attention),
     "lightning_attention": _lightning_attention,
     "mamba2": _called_with_cache_params(_mamba2),
+    "differential_attention": _differential_attention,
 }
 
 
