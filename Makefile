@@ -45,7 +45,7 @@ $(NODE_INSTALLED): package.json package-lock.json
 
 .PHONY: test
 test: $(INSTALLED) $(NODE_INSTALLED) browser ## Run the whole suite: unit, doctests, docs snippets, tutorials, strict build, browser
-	$(BIN)/python -m pytest -n 3 --durations=15
+	$(BIN)/python -m pytest -n 2 --durations=15
 
 # The browser's full-page screenshot of every page, for a human to look through; the
 # suite itself takes none (they were half the time of its page-by-page browser check).

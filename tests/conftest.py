@@ -33,21 +33,17 @@ _IMPORTED = time.time()
 SHARED_FIXTURES = ("site_walk", "phone_walk")  # the first is the longest
 
 
-# The worker that runs the site walk: `make test`'s longest chain (the site build, then
-# the walk). The others run at a lower priority, so that they compute with what the
-# walk leaves of the cores (it waits on the browser) instead of slowing it down.
+# The worker the site walk goes to: `make test`'s longest chain (the site build, then the
+# walk), handed out first so that it starts first.
 LEAD_WORKER = "gw0"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker:
-        # `make test` runs more workers than the two cores: an intra-op thread more per
-        # worker only waits for a core another one holds (one thread is what
-        # `one_thread` measured 50x faster for many small operations on a busy machine).
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # `make test` runs a worker per core: an intra-op thread more per worker only
+        # waits for the core the other one holds (one thread is what `one_thread`
+        # measured 50x faster for many small operations on a busy machine).
         torch.set_num_threads(1)
-    if worker and worker != LEAD_WORKER:
-        os.nice(10)
 
 
 @functools.cache
