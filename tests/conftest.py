@@ -96,7 +96,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     Under ``pytest -n``, also order the work units, as xdist hands them out in
     collection order: the site walk first (the site build, then the walk: the longest
     chain), then every module that does not need the site, so that the other workers
-    compute while the site builds, then the modules that need it.
+    compute while the site builds, then the modules that need it, and last those that
+    load every core (``every_core``), which beside the walk slow it down as much as
+    they gain.
     """
     needs_site: dict[str, bool] = {}
     for item in items:
@@ -115,6 +117,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             module = item.nodeid.split("::", 1)[0]
             if work_unit(module) == SHARED_FIXTURES[0]:
                 return 0
+            if item.get_closest_marker("every_core"):
+                return 3
             return 2 if needs_site[module] else 1
 
         items.sort(key=rank)  # stable: each module's tests stay in their order
