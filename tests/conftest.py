@@ -30,12 +30,7 @@ _IMPORTED = time.time()
 
 # Session fixtures too costly to compute twice: under `pytest -n` every module that uses
 # one runs in the same worker (tests/docs/conftest.py defines them).
-SHARED_FIXTURES = ("site_walk", "phone_walk")  # the first is the longest
-
-
-# The worker the site walk goes to: `make test`'s longest chain (the site build, then the
-# walk), handed out first so that it starts first.
-LEAD_WORKER = "gw0"
+SHARED_FIXTURES = ("site_walk", "phone_walk")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -60,8 +55,9 @@ def work_unit(module: str) -> str:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``pytest -n`` hands out whole work units (`work_unit`), in collection order, the
-    site walk to `LEAD_WORKER`.
+    """``pytest -n`` hands out whole work units (`work_unit`), in collection order: the
+    site walk (the site build, then the walk: the suite's longest chain) first, as
+    ``tests/docs/test_accessibility.py`` is the first module collected.
 
     xdist's own ``--dist loadgroup`` cannot group them: it renames the tests by setting
     ``item._nodeid``, which pytest 9.2 no longer reads.
@@ -72,56 +68,20 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid.split("::", 1)[0])
 
-        def _assign_work_unit(self, node: Any) -> None:
-            """The site walk goes to `LEAD_WORKER` (or to whoever asks once it is the
-            last unit); every other unit in order, to whoever asks."""
-            walk = self.workqueue.pop(SHARED_FIXTURES[0], None)
-            lead = node.gateway.id == LEAD_WORKER or not self.workqueue
-            if walk is not None and lead:
-                self.workqueue[SHARED_FIXTURES[0]] = walk
-                self.workqueue.move_to_end(SHARED_FIXTURES[0], last=False)
-                walk = None
-            super()._assign_work_unit(node)
-            if walk is not None:
-                self.workqueue[SHARED_FIXTURES[0]] = walk
-                self.workqueue.move_to_end(SHARED_FIXTURES[0], last=False)
-
     return ByWorkUnit(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Check that every test that uses a shared fixture is in a module `work_unit`
-    groups with it (one that reached it through another fixture would not be).
-
-    Under ``pytest -n``, also order the work units, as xdist hands them out in
-    collection order: the site walk first (the site build, then the walk: the longest
-    chain), then every module that does not need the site, so that the other workers
-    compute while the site builds, then the modules that need it, and last those that
-    load every core (``every_core``), which beside the walk slow it down as much as
-    they gain.
-    """
-    needs_site: dict[str, bool] = {}
+    groups with it (one that reached it through another fixture would not be)."""
     for item in items:
         module = item.nodeid.split("::", 1)[0]
-        fixtures = getattr(item, "fixturenames", ())
-        needs_site[module] = needs_site.get(module, False) or "built_site" in fixtures
         for fixture in SHARED_FIXTURES:
-            if fixture in fixtures and work_unit(module) != fixture:
+            if fixture in getattr(item, "fixturenames", ()) and work_unit(module) != fixture:
                 raise pytest.UsageError(
                     f"{item.nodeid} uses {fixture}, but its module does not name it: "
                     "under pytest -n it would compute it in a worker of its own"
                 )
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-
-        def rank(item: pytest.Item) -> int:
-            module = item.nodeid.split("::", 1)[0]
-            if work_unit(module) == SHARED_FIXTURES[0]:
-                return 0
-            if item.get_closest_marker("every_core"):
-                return 3
-            return 2 if needs_site[module] else 1
-
-        items.sort(key=rank)  # stable: each module's tests stay in their order
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -45,10 +45,6 @@ from mkdocs.utils.meta import get_data
 
 from tests.conftest import DOCS, ROOT
 
-# Two scripts at a time and a build beside them: beside another worker's site walk, both
-# ran at half speed (the walk 405 s instead of 232).
-pytestmark = pytest.mark.every_core
-
 TUTORIALS = sorted((DOCS / "tutorials").glob("[0-9][0-9]_*.py"))
 # A tutorial that reads its seed from the environment: it trains.
 READS_SEED = re.compile(r"""os\.environ\.get\(\s*["']ATTENTION_SEED["']""")
