@@ -20,10 +20,13 @@ def site_pages(site: Path) -> list[str]:
 # at once (overflow, figure sizes, contrast, visible text) first switches both off, so
 # that every block is laid out as it will be when a reader scrolls to it, and content
 # wider than its block shows as wider (the phone test reports it) instead of clipped.
-LAY_OUT_EVERYTHING = (
-    ".md-content__inner > * { content-visibility: visible !important; }\n"
-    ".md-content__inner > :not(.md-typeset__scrollwrap, table, div.arithmatex)"
+# The blocks site.css makes lazy: the page's, and an API page's members.
+_LAZY = (".md-content__inner > ", ".md-content__inner .doc-children > ")
+LAY_OUT_EVERYTHING = "\n".join(
+    f"{blocks}* {{ content-visibility: visible !important; }}\n"
+    f"{blocks}:not(.md-typeset__scrollwrap, table, div.arithmatex)"
     " { overflow: visible !important; }"
+    for blocks in _LAZY
 )
 
 

@@ -47,7 +47,10 @@ SENTINEL = "<clipboard not written>"
 
 # Before each click: put a sentinel on the clipboard (so a button that copies nothing is
 # caught), and if the block sits in a content tab other than the selected one, select
-# that tab by clicking its label, as a reader would.
+# that tab by clicking its label, as a reader would. Then bring the button on screen and
+# wait until it stays put for three frames, as it has for a reader who sees it: the
+# blocks around it are laid out only as they come near the screen (site.css), one level
+# down on API pages, and a click at once hit where the button was before they moved it.
 PREPARE = """async ([index, sentinel]) => {
   await navigator.clipboard.writeText(sentinel);
   const button = document.querySelector(`[data-test-copy="${index}"]`);
@@ -57,6 +60,15 @@ PREPARE = """async ([index, sentinel]) => {
       const set = el.closest('.tabbed-set');
       set.querySelectorAll(':scope > .tabbed-labels > label')[position].click();
     }
+  }
+  button.scrollIntoView({ block: 'center' });
+  const frame = () => new Promise((resolve) => requestAnimationFrame(resolve));
+  let last = '', still = 0;
+  for (let i = 0; i < 120 && still < 3; i++) {
+    await frame();
+    const box = JSON.stringify(button.getBoundingClientRect());
+    still = box === last ? still + 1 : 0;
+    last = box;
   }
 }"""
 
