@@ -204,3 +204,22 @@ def test_the_differential_layer_gives_eagers_attention_weights() -> None:
     assert len(actual) == len(expected) == PATCHED["DiffLlamaForCausalLM"]
     for ours_layer, eager_layer in zip(actual, expected, strict=True):
         torch.testing.assert_close(ours_layer, eager_layer, atol=1e-6, rtol=0)
+
+
+def test_the_differential_layer_without_positions_counts_them_from_its_cache() -> None:
+    """Called without ``position_ids`` (the model always passes them), the patched layer
+    places its queries after the keys its cache holds, as the model would."""
+    _, ours = models("DiffLlamaForCausalLM")
+    layer = ours.model.layers[0].self_attn
+    x = torch.randn(2, L, ours.config.hidden_size, generator=torch.Generator().manual_seed(2))
+    positions = torch.arange(L)[None]
+    with torch.no_grad():
+        given, _ = layer(x, position_ids=positions)
+        counted, _ = layer(x)
+        cache = transformers.DynamicCache(config=ours.config)
+        layer(x[:, :4], past_key_values=cache)  # a prefix of 4 in the cache
+        # The rest at once: a mask, as the model passes one (no mask means top-left).
+        sees = torch.ones(L, L, dtype=torch.bool).tril()[4:]  # (L - 4, L): queries 4...
+        step, _ = layer(x[:, 4:], attention_mask=sees, past_key_values=cache)
+    torch.testing.assert_close(counted, given, atol=0, rtol=0)
+    torch.testing.assert_close(step, given[:, 4:], atol=1e-6, rtol=0)

@@ -38,3 +38,14 @@ def additive(mask: Tensor, dtype: torch.dtype) -> Tensor:
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(
         ~mask, torch.finfo(dtype).min
     )
+
+
+def eager_mask(mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+    """The mask a layer was given, as eager adds it: a boolean one made additive.
+
+    A query that sees no key then attends to all keys equally (every score gets the
+    same most negative number) instead of returning zero, as in eager.
+    """
+    if mask is not None and mask.dtype == torch.bool:
+        return additive(mask, dtype)
+    return mask

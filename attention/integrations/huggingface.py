@@ -73,7 +73,7 @@ from torch import Tensor, nn
 
 from attention import efficient, functional
 from attention.indexer import topk_mask
-from attention.integrations._masks import additive, causality
+from attention.integrations._masks import additive, causality, eager_mask
 from attention.integrations.huggingface_layers import patch
 from attention.softcap import softcap_score_mod
 
@@ -333,9 +333,7 @@ def attention_forward(
     # The eager path adds a float mask: 0 where a query may attend, the dtype's most
     # negative number where it may not (so a query that sees no key attends to all
     # keys equally rather than returning zero, as in eager).
-    mask: Tensor | None = attention_mask
-    if mask is not None and mask.dtype == torch.bool:
-        mask = additive(mask, query.dtype)
+    mask = eager_mask(attention_mask, query.dtype)
     if (position_bias is not None or sinks is not None or indices is not None) and is_causal:
         # Something else goes into the mask: causality is written out in it too.
         causal = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()

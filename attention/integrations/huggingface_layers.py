@@ -59,7 +59,7 @@ from torch import Tensor, nn
 from attention.delta_rule import delta_rule_attention
 from attention.differential import differential_attention, differential_lambda
 from attention.functional import attention_weights
-from attention.integrations._masks import additive, causality
+from attention.integrations._masks import causality, eager_mask
 from attention.linear_decay import decayed_linear_attention
 from attention.normalization import rms_norm
 from attention.positional import apply_rotary
@@ -297,9 +297,7 @@ def _differential_attention(
         k, v = past_key_values.update(k, v, layer.layer_idx)
     is_causal, keys = causality(layer, attention_mask, kwargs.get("is_causal"), L, k.shape[-2])
     k, v = k[..., :keys, :], v[..., :keys, :]
-    mask = attention_mask
-    if mask is not None and mask.dtype == torch.bool:
-        mask = additive(mask, q.dtype)  # a query that sees no key attends to all, as eager
+    mask = eager_mask(attention_mask, q.dtype)
     q1, q2 = q.chunk(2, dim=1)  # (B, H/2, L, D) each
     k1, k2 = k.chunk(2, dim=1)  # (B, Hkv/2, S, D) each
     value = torch.cat(v.chunk(2, dim=1), dim=-1)  # (B, Hkv/2, S, 2D)
