@@ -55,12 +55,15 @@ def work_unit(module: str) -> str:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``pytest -n`` hands out whole work units (`work_unit`), in collection order: the
-    site walk (the site build, then the walk: the suite's longest chain) first, as
-    ``tests/docs/test_accessibility.py`` is the first module collected.
+    """``pytest -n`` hands out whole work units (`work_unit`) in the order
+    ``pytest_collection_modifyitems`` puts them in, each to the first worker that runs
+    out of work.
 
     xdist's own ``--dist loadgroup`` cannot group them: it renames the tests by setting
-    ``item._nodeid``, which pytest 9.2 no longer reads.
+    ``item._nodeid``, which pytest 9.2 no longer reads. And its ``loadscope`` would sort
+    the units by their number of tests (``--loadscope-reorder``, on by default), which
+    says nothing of their cost: it handed the site walk out after five minutes, and one
+    core sat idle for the last two while the walk finished on the other.
     """
     from xdist.scheduler import LoadScopeScheduling
 
@@ -68,11 +71,32 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid.split("::", 1)[0])
 
+    config.option.loadscopereorder = False
     return ByWorkUnit(config, log)
 
 
+# The work units handed out first, longest first: the site walk (the site's build, then
+# the walk: the suite's longest chain), the tutorials as scripts (which need no built
+# site, so they run while it builds), the phone walk and the reader's install. Then the
+# other modules of the site's tests, and last the many short modules, which fill in at
+# the end whichever worker finishes first.
+FIRST_UNITS = (
+    "site_walk",
+    "tests/docs/test_other_machines.py",
+    "phone_walk",
+    "tests/docs/test_reader_install.py",
+)
+
+
+def _rank(unit: str) -> int:
+    if unit in FIRST_UNITS:
+        return FIRST_UNITS.index(unit)
+    return len(FIRST_UNITS) + (0 if unit.startswith("tests/docs/") else 1)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Check that every test that uses a shared fixture is in a module `work_unit`
+    """Order the work units (``FIRST_UNITS``, `_rank`), each unit's tests in their order,
+    and check that every test that uses a shared fixture is in a module `work_unit`
     groups with it (one that reached it through another fixture would not be)."""
     for item in items:
         module = item.nodeid.split("::", 1)[0]
@@ -82,6 +106,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                     f"{item.nodeid} uses {fixture}, but its module does not name it: "
                     "under pytest -n it would compute it in a worker of its own"
                 )
+    items.sort(key=lambda item: _rank(work_unit(item.nodeid.split("::", 1)[0])))  # stable
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
