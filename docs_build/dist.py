@@ -35,6 +35,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from filelock import FileLock
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
@@ -79,13 +80,38 @@ def build(out: Path, root: Path = ROOT) -> Distributions:
         raise BuildError(
             f"{out} is not empty: a stale distribution would be offered beside the new one"
         )
-    command = [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(root)]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=root)
+    result = _build_from(root, "--outdir", str(out))
     if result.returncode != 0:
-        lines = [line for line in (result.stderr + result.stdout).splitlines() if line.strip()]
-        why = lines[-1].strip() if lines else f"exit status {result.returncode}"
-        raise BuildError(f"the package's wheel and sdist could not be built for the site: {why}")
+        raise BuildError(
+            f"the package's wheel and sdist could not be built for the site: {_why(result)}"
+        )
     return _found(out)
+
+
+def _build_from(root: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """``python -m build --no-isolation`` of the tree ``root``, one at a time.
+
+    setuptools writes the sdist's metadata into the tree itself (``*.egg-info``): two
+    builds of one clone at once, say the test suite's two site builds or ``make serve``
+    beside ``make docs``, remove each other's files, and one fails with "No such file or
+    directory". The lock makes the second wait for the first (a few seconds).
+    """
+    (root / "build").mkdir(exist_ok=True)
+    with FileLock(root / "build" / "dist.lock"):
+        return subprocess.run(
+            [sys.executable, "-m", "build", "--no-isolation", *options, str(root)],
+            capture_output=True,
+            text=True,
+            cwd=root,
+        )
+
+
+def _why(result: subprocess.CompletedProcess[str]) -> str:
+    """The line of a failed build that says why: its first error line, else its last."""
+    lines = [line.strip() for line in (result.stdout + result.stderr).splitlines()]
+    errors = [line for line in lines if line.lower().startswith("error")]
+    last = next((line for line in reversed(lines) if line), f"exit status {result.returncode}")
+    return errors[0] if errors else last
 
 
 def _found(folder: Path) -> Distributions:
@@ -212,21 +238,7 @@ def check(dists: Distributions, root: Path = ROOT) -> list[str]:
         problems.append(f"the wheel holds more than the package: {stray}")
     with tempfile.TemporaryDirectory() as tmp:
         from_tree = Path(tmp)
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "build",
-                "--no-isolation",
-                "--wheel",
-                "--outdir",
-                tmp,
-                str(root),
-            ],
-            capture_output=True,
-            text=True,
-            cwd=root,
-        )
+        result = _build_from(root, "--wheel", "--outdir", tmp)
         if result.returncode != 0:
             problems.append(f"the wheel could not be built from the tree: {result.stderr.strip()}")
         else:

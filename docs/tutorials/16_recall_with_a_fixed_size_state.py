@@ -186,12 +186,14 @@ assert torch.allclose(read_delta, new)
 #   ([`attention.decayed_linear_attention`](../../reference/linear_decay/#attention.linear_decay.decayed_linear_attention)
 #   without a decay);
 # - **gated delta rule**: $S_t = (I - \beta_t k_t k_t^\top)\, \gamma_t
-#   S_{t-1} + \beta_t k_t v_t^\top$, with a writing strength
-#   $\beta_t = \sigma(w_\beta \cdot x_t + b_\beta)$ and a forget gate
-#   $\gamma_t = \sigma(w_\gamma \cdot x_t + b_\gamma)$ made from the token,
-#   as in Gated DeltaNet
+#   S_{t-1} + \beta_t k_t v_t^\top$, read as linear attention is, with
+#   a writing strength $\beta_t = \sigma(w_\beta \cdot x_t + b_\beta)$
+#   and a forget gate $\gamma_t = \sigma(w_\gamma \cdot x_t + b_\gamma)$
+#   made from the token, as Gated DeltaNet makes them
 #   ([`attention.delta_rule_attention`](../../reference/delta_rule/#attention.delta_rule.delta_rule_attention)).
-#   $b_\gamma$ starts at 4, $\gamma \approx 0.98$: forgetting little.
+#   Qwen3-Next's forget gate is $e^{-A \operatorname{softplus}(\cdot)}$,
+#   in $(0, 1]$ as well; a sigmoid is simpler here. $b_\gamma$ starts at
+#   4, $\gamma \approx 0.98$: forgetting little.
 
 # %%
 MIXERS = ("softmax", "linear", "gated delta rule")
@@ -537,7 +539,8 @@ assert new_share > 0.65 and old_share < 0.3
 #   of all of them (56-59% for both groups with linear attention), and
 #   the newest value of a key that was written twice (74-87%).
 # - Hybrid models such as Qwen3-Next keep a softmax layer every few
-#   layers for this reason: exact recall from far back. The [concept
+#   layers: recall of this kind, exact and from far back, is what such a
+#   layer can do and a fixed-size state cannot. The [concept
 #   page](../../concepts/beyond-softmax/) counts what their states and
 #   caches hold.
 #

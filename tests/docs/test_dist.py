@@ -90,6 +90,31 @@ def test_a_failed_build_fails_with_one_line_that_says_why(tmp_path: Path) -> Non
     assert message.startswith("the package's wheel and sdist could not be built for the site: ")
 
 
+def test_one_build_of_a_tree_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # setuptools writes into the tree it builds: two builds of one clone at once (the
+    # suite's site build beside its timed-pages build) failed with "No such file or
+    # directory". Each build holds the tree's lock while it runs.
+    from filelock import FileLock, Timeout
+
+    root, out = tmp_path / "tree", tmp_path / "out"
+    root.mkdir()
+    held = []
+
+    def build_while_another_tries(command, **kwargs):  # type: ignore[no-untyped-def]
+        try:
+            with FileLock(root / "build" / "dist.lock", timeout=0):
+                held.append(False)
+        except Timeout:
+            held.append(True)
+        (out / "x-1-py3-none-any.whl").write_bytes(b"")
+        (out / "x-1.tar.gz").write_bytes(b"")
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(dist.subprocess, "run", build_while_another_tries)
+    dist.build(out, root=root)
+    assert held == [True]
+
+
 def test_an_earlier_build_is_never_offered_beside_this_one(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
