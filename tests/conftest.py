@@ -75,11 +75,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return ByWorkUnit(config, log)
 
 
-# The work units handed out first, longest first: the site walk (the site's build, then
-# the walk: the suite's longest chain), the tutorials as scripts (which need no built
-# site, so they run while it builds), the phone walk and the reader's install. Then the
-# other modules of the site's tests, and last the many short modules, which fill in at
-# the end whichever worker finishes first.
+# The order of the work units. First the site walk: its worker builds the site, then
+# walks it, the suite's longest chain. While the site builds (two tutorial kernels and
+# the page renderer on two cores), the other worker runs the modules that need neither
+# the site nor more than one core: the unit tests and doctests. Then the modules that
+# load every core or take longest (the tutorials as scripts, the phone walk, the
+# reader's install), and last the other modules of the site's tests.
 FIRST_UNITS = (
     "site_walk",
     "tests/docs/test_other_machines.py",
@@ -89,9 +90,11 @@ FIRST_UNITS = (
 
 
 def _rank(unit: str) -> int:
+    if unit == FIRST_UNITS[0]:
+        return 0
     if unit in FIRST_UNITS:
-        return FIRST_UNITS.index(unit)
-    return len(FIRST_UNITS) + (0 if unit.startswith("tests/docs/") else 1)
+        return 1 + FIRST_UNITS.index(unit)  # 2, 3, 4: after the unit tests
+    return 1 if not unit.startswith("tests/docs/") else 1 + len(FIRST_UNITS)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
