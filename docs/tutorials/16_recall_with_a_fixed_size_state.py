@@ -387,7 +387,8 @@ oldest, newest = (
     for part in (slice(0, 8), slice(-8, None))
 )
 # Linear attention adds every pair to one sum: each is as blurred as the
-# others. Across seeds: newest minus oldest group -0.01 to +0.01
+# others.
+# Across seeds: newest minus oldest group -0.01 to +0.01
 assert abs(newest["linear"] - oldest["linear"]) < 0.06
 # The delta rule overwrites: the newest pairs kept, the oldest lost.
 # Across seeds: newest 0.70-0.82, oldest 0.31-0.39
@@ -508,11 +509,13 @@ for mixer, model in models.items():
 
 # Softmax (with no positions) and linear attention cannot tell the two
 # writes apart: each answers with one of the two values, about half the
-# time the new one. Across seeds: new 0.42-0.49, old 0.42-0.49
+# time the new one.
 for mixer in ("softmax", "linear"):
+    # Across seeds: new 0.42-0.49, old 0.42-0.49
     assert 0.3 < chose[mixer][0] < 0.65 and chose[mixer][1] > 0.3
-# The delta rule overwrites. Across seeds: new 0.74-0.87, old 0.11-0.22
+# The delta rule overwrites.
 new_share, old_share = chose["gated delta rule"]
+# Across seeds: new 0.74-0.87, old 0.11-0.22
 assert new_share > 0.65 and old_share < 0.3
 
 # %% [markdown]
