@@ -240,7 +240,7 @@ def check(dists: Distributions, root: Path = ROOT) -> list[str]:
         from_tree = Path(tmp)
         result = _build_from(root, "--wheel", "--outdir", tmp)
         if result.returncode != 0:
-            problems.append(f"the wheel could not be built from the tree: {result.stderr.strip()}")
+            problems.append(f"the wheel could not be built from the tree: {_why(result)}")
         else:
             tree_wheel = next(from_tree.glob("*.whl"))
             if tree_wheel.name != dists.wheel.name:
