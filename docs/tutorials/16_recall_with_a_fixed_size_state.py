@@ -408,14 +408,14 @@ ax_n.legend(loc="lower left")
 ax_n.set(
     xlabel="key-value pairs N",
     ylabel="recall accuracy",
-    ylim=(0, 1.05),
     title="Recall against the number of pairs",
 )
 ax_age.set(
     xlabel="position of the pair in the list (0 = oldest)",
-    ylim=(0, 1.05),
     title=f"Which pairs survive (N = {PAIRS})",
 )
+for ax in (ax_n, ax_age):
+    ax.set_ylim(0, 1.05)
 
 # %% [markdown]
 # Linear attention's accuracy is flat across the list: it keeps the sum of

@@ -172,6 +172,14 @@ def test_downloadable_notebooks_carry_their_outputs(built_site: Path) -> None:
         expected = sum(len(c) for _, c, _ in declared_figures(tutorial))
         assert len(images) == expected, f"{tutorial.name}: {len(images)} images in the .ipynb"
         assert not any(tutorials.DARK_SVG in o.get("data", {}) for o in outputs)
+        # A cell's value shows on the page only when it draws itself (a HeadView): a
+        # plain repr there is a stray last expression, [Text(0.5, 0, ...)] from ax.set.
+        reprs = [
+            "".join(o["data"]["text/plain"])[:60]
+            for o in outputs
+            if o.get("output_type") == "execute_result" and set(o["data"]) == {"text/plain"}
+        ]
+        assert not reprs, f"{tutorial.name}: a cell ends in a value shown as its repr: {reprs}"
         assert (folder / tutorial.name).read_text() == tutorial.read_text()
         # its first cell installs the wheel the site offers where that version is missing
         # (Colab, a fresh venv); test_reader_install runs that line
