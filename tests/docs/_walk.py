@@ -1,50 +1,59 @@
-"""One walk through every page of the built site, in a light and a dark browser side by
-side, recording what each desktop browser test asserts on.
+"""One walk through every page of the built site, each page loaded once and checked in
+the light and then the dark scheme, recording what each desktop browser test asserts on.
 
 Loading a page is much of what a browser test costs. The session fixture ``site_walk``
-(``tests/docs/conftest.py``) loads each page once per colour scheme, runs every check's
-probe on that load and keeps the results in a :class:`PageRecord`; the tests
-(``test_browser.py``, ``test_accessibility.py``) only assert on the records, each on one
-thing, so that a failure still names its test, its page and its scheme.
+(``tests/docs/conftest.py``) loads each page once, runs every check's probe on that
+load in both schemes and keeps the results in a :class:`PageRecord` per scheme; the
+tests (``test_browser.py``, ``test_accessibility.py``) only assert on the records, each
+on one thing, so that a failure still names its test, its page and its scheme.
 
-Both schemes share one desktop viewport, 1366 x 900. Each scheme has its own browser
-context, hence its own renderer process, and the two walk the site side by side: each
-page's visit is three steps, and the walk takes one step in one scheme, then one in the
-other, so that while axe works through a page in one renderer, the other page loads or
-is inspected, or its own axe runs, on the second core.
+The viewport is 1366 x 900. The pages are walked in two lanes side by side, each lane a
+browser context of its own (hence a renderer process of its own) taking every other
+page: a visit is a few steps, and the walk takes one step in one lane, then one in the
+other, so that while axe works through a page in one renderer, the other lane's page
+loads, is inspected or is audited on the second core.
 
-Each page gets a fresh tab, and in it, in this order:
+Each lane has one tab, in a context created with ``color_scheme="light"``, and opens its
+pages in it one after another: a new tab for each page cost a quarter more of the
+processor's time (356 s against 287 s for the walk). It clears what the site stored in
+the browser once a page is done, so each page is a reader's first visit. On each page,
+in this order:
 
 1. **load, as a reader opens the page, and axe**: ``goto`` until the load event, a pause
    of 300 ms, and ``axe.run(document)``: no options, nothing turned off, nothing
-   scrolled or laid out beforehand. This is how a reader runs
-   axe on the page (issue 34; a run with transitions off and every block laid out
-   reported 0 where a reader's found 18 nodes), so its verdict is the one the site is
-   held to, every node of every impact (``READER_AXE``), in the light scheme. (In the
-   dark one the page only loads and pauses: see step 2.) axe-core is in the page from
-   the start (an init script of the context), inert until ``axe.run``, and requests
-   nothing. Off-site requests are blocked (and recorded) from the first request on, so
-   none can stall a load.
-2. **the whole page laid out**: the verdict collected, Material's palette read (the axe
-   test fails on a page left in the other scheme: its run would prove nothing), then
-   every block laid out (``lay_out_everything``: site.css lays out only the blocks near
-   the screen), the fonts ready and every image asked for and decoded; then
-   ``INSPECT_PAGE`` (KaTeX errors, broken images, links) and, with
-   ``ATTENTION_SCREENSHOTS=1``, the light scheme's full-page screenshot. Then axe again,
-   on what step 1 could not see (``LAID_OUT_AXE``): a page opened at the top has most of
-   its blocks not laid out yet, and axe takes what lies outside a block's box as off
-   screen, so the rules whose verdict depends on what is on screen (``LAYOUT_RULES``)
-   run again on the page laid out as a reader who scrolls through it sees each block.
-   Every other rule reads the document, which laying it out does not change. In the
-   dark scheme this is axe's one run on the page: the rules that depend on colour
-   (``COLOUR_RULES``), on the whole page laid out, header and menus included; every
-   other rule reads a document that is the same in both schemes, which
-   ``SAME_DOCUMENT`` checks (``AXE_PLANS``). color-contrast checks each text style once
-   per scheme and walk (``MARK_REPEATED_STYLES``).
-3. **figures and code cells**: ``VISIBLE_FIGURES`` scrolls each figure into view and
-   ``OVERFLOWING_CODE`` measures the code cells; then the PageWatcher's records (requests
-   that left the site or failed, console errors, uncaught exceptions, from the first
-   request to the last probe) are copied and the tab is closed.
+   scrolled or laid out beforehand. This is how a reader runs axe on the page (issue
+   34; a run with transitions off and every block laid out reported 0 where a reader's
+   found 18 nodes), so its verdict is the one the site is held to, every node of every
+   impact (``READER_AXE``). axe-core is in the page from the start (an init script of
+   the context), inert until ``axe.run``, and requests nothing. Off-site requests are
+   blocked (and recorded) from the first request on, so none can stall a load.
+2. **the whole page laid out, light**: the verdict collected, Material's palette read
+   (the axe test fails on a page left in the other scheme: its run would prove
+   nothing), then every block laid out (``lay_out_everything``: site.css lays out only
+   the blocks near the screen), the fonts ready and every image asked for and decoded;
+   then ``INSPECT_PAGE`` (KaTeX errors, broken images, links) and, with
+   ``ATTENTION_SCREENSHOTS=1``, the full-page screenshot. Then axe again, on what step 1
+   could not see (``LAID_OUT_AXE``): a page opened at the top has most of its blocks not
+   laid out yet, and axe takes what lies outside a block's box as off screen, so the
+   rules whose verdict depends on what is on screen (``LAYOUT_RULES``) run again on the
+   page laid out as a reader who scrolls through it sees each block. Every other rule
+   reads the document, which laying it out does not change. Then ``VISIBLE_FIGURES``
+   scrolls each figure into view and ``OVERFLOWING_CODE`` measures the code cells.
+3. **dark, on the same load**: Material's own palette toggle in the header, clicked as
+   a reader switches (``TO_DARK``; it waits until the colour transitions have ended, as
+   a reader's eye does), then the palette read again, ``INSPECT_PAGE``, and axe's one
+   run in this scheme: the rules that depend on colour (``COLOUR_RULES``), on the whole
+   page laid out, header and menus included. Every other rule reads a document that is
+   the same in both schemes, which ``SAME_DOCUMENT`` checks (``AXE_PLANS``), and the
+   reader's run of step 1 read it. Then the figures again, each in its dark render. The
+   PageWatcher's records (requests that left the site or failed, console errors,
+   uncaught exceptions, from the first request to the last probe) are copied: the light
+   record's at the toggle, the dark one's at the end.
+
+color-contrast checks each text style once per scheme and walk (``MARK_REPEATED_STYLES``).
+A reader whose system asks for dark gets the dark palette from the first paint of every
+page (``docs_build/theme.py``); ``test_browser.py`` checks that in a dark context, and
+``test_site.py`` that every page carries the script that does it.
 
 A screenshot run (``make screenshots``) skips axe: its full-page screenshots resize the
 viewport, and it would triple the run for a verdict nobody reads.
@@ -123,6 +132,7 @@ READER_AXE = f"""([pause, withAxe]) => {{
     .then(() => (withAxe ? axe.run(document).then({_VIOLATION_NODES}) : null));
 }}"""
 AXE_VERDICT = "() => window.__axeVerdict"
+PALETTE = "() => document.body.getAttribute('data-md-color-scheme')"
 
 # The rules whose verdict depends on where things are on screen: in axe-core 4.14 they
 # are those that call isVisibleOnScreen or measure boxes (colour contrast and the colour
@@ -167,7 +177,45 @@ AXE_PLANS = {
     "dark": AxePlan(as_opened=False, laid_out_rules=COLOUR_RULES, laid_out_on="html"),
 }
 
-SAME_DOCUMENT = """async () => {
+# Until the page has settled: two frames drawn, then every CSS transition ended (Material
+# fades its colours, and slides its tabs back in when the page scrolls up), so that axe
+# measures the colours a reader ends up with, not a frame on the way.
+_SETTLE = """
+  await new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve)));
+  await Promise.all(document.getAnimations()
+    .filter((a) => a instanceof CSSTransition).map((a) => a.finished.catch(() => null)));"""
+
+# Material's palette toggle, clicked as a reader clicks it: of the palette's labels, the
+# one not hidden, which selects the next palette. Material sets the body's palette
+# attributes and stores the choice.
+TO_DARK = f"""async () => {{
+  const toggle = document.querySelector('[data-md-component="palette"] label:not([hidden])');
+  if (!toggle) return 'no palette toggle';
+  toggle.click();
+  const deadline = performance.now() + 10000;
+  while (document.body.getAttribute('data-md-color-scheme') !== 'slate') {{
+    if (performance.now() > deadline) return 'the toggle did not switch the palette';
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }}
+  // Focus leaves the toggle (Material's focus-visible marks it): the document then
+  // differs from the light one in its palette alone (SAME_DOCUMENT).
+  document.activeElement.blur();{_SETTLE}
+  return null;
+}}"""
+
+SETTLED = f"""async () => {{{_SETTLE}
+}}"""
+
+# Back from the last figure to the top, where the header covers no text.
+TO_THE_TOP = f"""async () => {{
+  scrollTo(0, 0);{_SETTLE}
+}}"""
+
+# What the site keeps in the browser (Material: the palette, search state): cleared when
+# a page is done, so that the next page in the context is a first visit again.
+FORGET_THE_VISIT = "() => { localStorage.clear(); sessionStorage.clear(); }"
+
+SAME_DOCUMENT = """async (compare) => {
   // The explorers mount after the load (a module imported on demand): the digest waits
   // for them, so that a busy machine cannot make the schemes differ by timing alone.
   const explorers = () => [...document.querySelectorAll('[data-explorer]')];
@@ -179,23 +227,39 @@ SAME_DOCUMENT = """async () => {
   // A figure's twins, each with the lightbox link around it, and the palette switch.
   const twin = 'img[src*="#only-light"], img[src*="#only-dark"], a.glightbox[data-gallery], '
     + '[data-md-component="palette"] *';
+  // What Material changes as the page scrolls, on its own schedule: the back-to-top
+  // button and the tabs (shown or hidden), and the marks of the heading in view.
+  const scrolled = '[data-md-component="top"], .md-tabs';
+  const inView = / [\\w-]+--(active|passed)(?= |$)/g;
   const parts = [];
   for (const el of document.body.querySelectorAll('*')) {
     const attributes = [...el.attributes]
       .map((a) => a.name + '=' + a.value.replace(/#only-(light|dark)$/, ''))
-      .filter((a) => !el.matches(twin) || !/^(hidden|checked)=/.test(a));
-    const shown = el.matches(twin) ? '' : el.checkVisibility({ visibilityProperty: true });
+      .map((a) => (a.startsWith('class=') ? (a + ' ').replace(inView, '').trim() : a))
+      .filter((a) => !el.matches(twin) || !/^(hidden|checked)=/.test(a))
+      .filter((a) => !el.matches(scrolled) || !/^(hidden|tabindex|style)=/.test(a))
+      .filter((a) => !a.startsWith('data-axe-repeat='))  // the walk's own mark
+      .sort();  // an attribute set again moves to the end: the order means nothing
+    const free = el.matches(twin) || el.matches(scrolled);
+    const shown = free ? '' : el.checkVisibility({ visibilityProperty: true });
     parts.push(el.tagName + '[' + attributes.join(' ') + ']' + shown);
   }
-  // FNV-1a over the description: the digest, not a megabyte, crosses to Python.
+  // FNV-1a over the description: the digest, not a megabyte, crosses to Python, with
+  // the first elements that differ from the description kept in the page before.
   let hash = 0x811c9dc5;
   const text = parts.join('\\n');
   for (let i = 0; i < text.length; i++) {
     hash ^= text.charCodeAt(i);
     hash = Math.imul(hash, 0x01000193) >>> 0;
   }
+  const before = compare ? window.__documentParts : parts;
+  window.__documentParts = parts;
+  const changes = [];
+  for (let i = 0; i < Math.max(before.length, parts.length) && changes.length < 5; i++) {
+    if (before[i] !== parts[i]) changes.push(`${before[i]} -> ${parts[i]}`.slice(0, 400));
+  }
   const late = unmounted ? ` (${unmounted} explorers not mounted after 30 s)` : '';
-  return parts.length + ':' + hash.toString(16) + late;
+  return { digest: parts.length + ':' + hash.toString(16) + late, changes };
 }"""
 
 
@@ -213,6 +277,10 @@ SAME_DOCUMENT = """async () => {
 # Takes the styles already checked; returns those this page checks for the first time.
 MARK_REPEATED_STYLES = f"""(checked) => {{
   const content = document.querySelector('{CONTENT}');
+  // The marks of the other scheme's run on this load go first.
+  for (const el of content.querySelectorAll('[data-axe-repeat]')) {{
+    el.removeAttribute('data-axe-repeat');
+  }}
   // KaTeX's MathML copy is clipped to a pixel for screen readers only: axe never checks
   // its contrast, so none of it may stand for a style.
   const texts = [...content.querySelectorAll('*')].filter((el) => !el.closest('.katex-mathml')
@@ -347,7 +415,8 @@ class PageRecord:
     page: str  # relative URL, as site_pages gives it
     scheme: str  # "light" or "dark"
     palette: str | None = None  # Material's data-md-color-scheme once loaded
-    document: str | None = None  # SAME_DOCUMENT's digest, as the reader's run saw it
+    document: str | None = None  # SAME_DOCUMENT's digest
+    document_changes: list[str] = field(default_factory=list)  # its elements that differ
     left_site: list[str] = field(default_factory=list)  # PageWatcher's records
     failed: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -373,8 +442,12 @@ class SiteWalk:
         return [self.records[rel, scheme] for rel in self.pages]
 
 
+# The lanes the pages are walked in, side by side: one per core.
+LANES = 2
+
+
 def walk_site(browser, site: Path, site_url: str) -> SiteWalk:  # type: ignore[no-untyped-def]
-    """Load every page of ``site`` once in each scheme and record what the tests need."""
+    """Load every page of ``site`` once and record what the tests need, in both schemes."""
     origin = urlparse(site_url).netloc
     pages = site_pages(site)
     screenshots = bool(os.environ.get("ATTENTION_SCREENSHOTS"))
@@ -385,72 +458,107 @@ def walk_site(browser, site: Path, site_url: str) -> SiteWalk:  # type: ignore[n
     # The text styles color-contrast has checked so far, per scheme (MARK_REPEATED_STYLES).
     checked_styles: dict[str, set[str]] = {scheme: set() for scheme in SCHEMES}
 
-    def visit(tab, record: PageRecord) -> Iterator[None]:  # type: ignore[no-untyped-def]
-        """The three steps of one page's visit (module docstring); each ``yield`` hands
-        the turn to the other scheme while this page's axe works."""
-        watcher = PageWatcher(tab, origin)
-        # 1. As a reader opens it, and axe as a reader runs it (in the page, from as soon
-        # as its document exists: a goto that waited for the load event here would hold
-        # the other scheme's walk up for the whole load).
-        tab.goto(urljoin(site_url, record.page), wait_until="commit")
+    def audit_laid_out(tab, record: PageRecord) -> Iterator[None]:  # type: ignore[no-untyped-def]
+        """axe on the page laid out, in the scheme the page shows now (AXE_PLANS)."""
         plan = AXE_PLANS[record.scheme]
-        tab.evaluate(READER_AXE, [READER_PAUSE_MS, with_axe and plan.as_opened])
+        checked_styles[record.scheme].update(
+            tab.evaluate(MARK_REPEATED_STYLES, sorted(checked_styles[record.scheme]))
+        )
+        tab.evaluate(LAID_OUT_AXE, [plan.laid_out_rules, plan.laid_out_on])
         yield
-        record.axe = tab.evaluate(AXE_VERDICT)
-        # 2. The whole page laid out, inspected, and the layout rules again.
-        record.palette = tab.evaluate("() => document.body.getAttribute('data-md-color-scheme')")
-        record.document = tab.evaluate(SAME_DOCUMENT)
-        lay_out_everything(tab)
-        # KaTeX's fonts load asynchronously; wait for them before judging and capturing.
-        tab.evaluate("() => document.fonts.ready.then(() => true)")
-        tab.evaluate(LOAD_ALL_IMAGES)
-        record.info = tab.evaluate(INSPECT_PAGE)
-        if screenshots and record.scheme == "light":
-            name = record.page.strip("/").replace("/", "__") or "index"
-            tab.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
-        if with_axe:
-            checked_styles[record.scheme].update(
-                tab.evaluate(MARK_REPEATED_STYLES, sorted(checked_styles[record.scheme]))
-            )
-            tab.evaluate(LAID_OUT_AXE, [plan.laid_out_rules, plan.laid_out_on])
-            yield
-            record.axe_laid_out = tab.evaluate(AXE_VERDICT)
-        # 3. Figures and code cells (they scroll, so after axe), then what the page did.
-        record.figures = tab.evaluate(VISIBLE_FIGURES)
-        record.overflowing_code = tab.evaluate(OVERFLOWING_CODE)
+        record.axe_laid_out = tab.evaluate(AXE_VERDICT)
+
+    def in_page(tab, script: str) -> Iterator[None]:  # type: ignore[no-untyped-def]
+        """Start an async ``script`` in the page, hand the turn to the other lane while
+        it waits (on transitions, say), then return its result."""
+        tab.evaluate(f"() => {{ window.__step = ({script})(); }}")
+        yield
+        return tab.evaluate("() => window.__step")
+
+    def watched(record: PageRecord, watcher: PageWatcher) -> None:
         record.left_site = list(watcher.left_site)
         record.failed = list(watcher.failed)
         record.errors = list(watcher.errors)
 
-    def walk(context, scheme: str, pages: list[str]) -> Iterator[None]:  # type: ignore[no-untyped-def]
-        """Every page in one scheme, a step at a time."""
-        for rel in pages:
-            record = records[rel, scheme] = PageRecord(rel, scheme)
-            tab = context.new_page()
-            try:
-                yield from visit(tab, record)
-            except Exception as error:
-                # A page that never loads, or a probe that fails, names page and scheme.
-                raise RuntimeError(f"{record.where}: {error}") from error
-            finally:
-                tab.close()
+    def visit(tab, watcher, rel: str) -> Iterator[None]:  # type: ignore[no-untyped-def]
+        """The steps of one page's visit (module docstring); each ``yield`` hands the
+        turn to the other lane while this page loads or its axe works."""
+        light = records[rel, "light"] = PageRecord(rel, "light")
+        dark = records[rel, "dark"] = PageRecord(rel, "dark")
+        watcher.left_site, watcher.failed, watcher.errors = [], [], []
+        # 1. As a reader opens it, and axe as a reader runs it (in the page, from as soon
+        # as its document exists: a goto that waited for the load event here would hold
+        # the other lane up for the whole load).
+        tab.goto(urljoin(site_url, rel), wait_until="commit")
+        tab.evaluate(READER_AXE, [READER_PAUSE_MS, with_axe])
+        yield
+        light.axe = tab.evaluate(AXE_VERDICT)
+        # 2. The whole page laid out, inspected, the layout rules again, the figures.
+        light.palette = tab.evaluate(PALETTE)
+        lay_out_everything(tab)
+        # KaTeX's fonts load asynchronously; wait for them before judging and capturing.
+        tab.evaluate("() => document.fonts.ready.then(() => true)")
+        tab.evaluate(LOAD_ALL_IMAGES)
+        light.info = tab.evaluate(INSPECT_PAGE)
+        if screenshots:
+            name = rel.strip("/").replace("/", "__") or "index"
+            tab.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+        if with_axe:
+            yield from audit_laid_out(tab, light)
+        # (they scroll, so after axe)
+        light.figures = tab.evaluate(VISIBLE_FIGURES)
+        light.overflowing_code = tab.evaluate(OVERFLOWING_CODE)
+        watched(light, watcher)
+        # 3. Dark, through Material's toggle, on the same load. The documents are taken
+        # on either side of the toggle, so that nothing but the toggle comes between.
+        # The figures scrolled the page: Material answers (the sidebars' heights, the
+        # heading marked in the contents) before the light scheme's document is taken.
+        yield from in_page(tab, SETTLED)
+        light.document = tab.evaluate(SAME_DOCUMENT, False)["digest"]
+        failed = yield from in_page(tab, TO_DARK)
+        if failed:
+            raise RuntimeError(failed)
+        dark.palette = tab.evaluate(PALETTE)
+        same = tab.evaluate(SAME_DOCUMENT, True)
+        dark.document, dark.document_changes = same["digest"], same["changes"]
+        yield from in_page(tab, TO_THE_TOP)
+        dark.info = tab.evaluate(INSPECT_PAGE)
+        if with_axe:
+            yield from audit_laid_out(tab, dark)
+        dark.figures = tab.evaluate(VISIBLE_FIGURES)
+        dark.overflowing_code = tab.evaluate(OVERFLOWING_CODE)
+        watched(dark, watcher)
+        tab.evaluate(FORGET_THE_VISIT)
 
-    contexts = {
-        scheme: browser.new_context(color_scheme=scheme, viewport=VIEWPORT, service_workers="block")
-        for scheme in SCHEMES
-    }
+    def lane(context, pages: list[str]) -> Iterator[None]:  # type: ignore[no-untyped-def]
+        """Some of the pages, one after another in one tab, a step at a time."""
+        tab = context.new_page()
+        watcher = PageWatcher(tab, origin)
+        try:
+            for rel in pages:
+                try:
+                    yield from visit(tab, watcher, rel)
+                except Exception as error:
+                    raise RuntimeError(f"/{rel}: {error}") from error
+        finally:
+            tab.close()
+
+    contexts = [
+        browser.new_context(color_scheme="light", viewport=VIEWPORT, service_workers="block")
+        for _ in range(LANES)
+    ]
     if with_axe:
-        for context in contexts.values():
+        for context in contexts:
             # axe-core in every page from its start: an init script is compiled once for
             # the context, where a script tag added to each page cost 0.35 s a page. It
             # defines `axe` and does nothing until axe.run.
             context.add_init_script(path=str(AXE))
     try:
-        side_by_side([walk(context, scheme, pages) for scheme, context in contexts.items()])
+        side_by_side([lane(c, pages[i::LANES]) for i, c in enumerate(contexts)])
     finally:
-        for context in contexts.values():
+        for context in contexts:
             context.close()
-    return SiteWalk(pages, records)
+    return SiteWalk(pages, {key: records[key] for key in sorted(records)})
 
 
 def side_by_side(walks: list[Iterator[None]]) -> None:

@@ -14,16 +14,8 @@ serious.
 The reader's conditions (issue 34): a browser context created with the scheme
 (``color_scheme``), 1366 x 900, ``page.goto(url, wait_until="load")``, a pause of
 300 ms, then ``axe.run(document)`` with no options: nothing turned off, nothing laid
-out or scrolled first. The colour scheme is chosen the way a reader's browser chooses
-it: mkdocs.yml pairs each Material palette with a ``prefers-color-scheme`` media query,
-so a context created with ``color_scheme="dark"`` gets the slate palette. The test
-checks that it did, since a page silently left in the light scheme would make the dark
-run meaningless.
-
-In dark, axe runs once a page, the rules that depend on colour (``_walk.COLOUR_RULES``)
-on the whole page laid out, header and menus included: every other rule would read the
-same document as in light, and the test checks that it is the same, element by element,
-shown or not (``_walk.SAME_DOCUMENT``).
+out or scrolled first. The walk opens every page so, in a context created with
+``color_scheme="light"`` and nothing stored: a first visit.
 
 A page opened at the top has most of its blocks not laid out yet (site.css lays out
 only what is near the screen), and axe counts what lies outside a block's placeholder
@@ -32,13 +24,22 @@ verdict depends on what is on screen run again with every block laid out, as a r
 who scrolls through the page sees each block (``_walk.py``: ``LAYOUT_RULES``,
 ``LAID_OUT_AXE``); a node either run finds fails the test.
 
-axe runs during the ``site_walk`` session fixture, which loads every page once per
-scheme for this test and test_browser.py's together; ``_walk.py`` holds the scripts and
-the order of the steps. axe is slow on these pages (KaTeX and syntax highlighting make
-5,000-12,000 elements on a concept page, and color-contrast asks the layout engine about
-every text node), so the two schemes run side by side: each has its own browser
-context, hence its own renderer process, and axe works through a page in one scheme
-while the other scheme's copy loads, is inspected or is audited on the second core.
+Then, on the same load, the page goes dark through Material's palette toggle, as a
+reader switches it, and axe runs once more: the rules that depend on colour
+(``_walk.COLOUR_RULES``), on the whole page laid out, header and menus included. Every
+other rule would read the same document as in light, and the test checks that it is the
+same, element by element, shown or not (``_walk.SAME_DOCUMENT``). The test also checks
+that the toggle gave the slate palette, since a page silently left light would make the
+dark run meaningless. A reader whose system asks for dark gets that palette from the
+first paint (test_browser.py checks it in a dark context).
+
+axe runs during the ``site_walk`` session fixture, which loads every page once for this
+test and test_browser.py's together; ``_walk.py`` holds the scripts and the order of the
+steps. axe is slow on these pages (KaTeX and syntax highlighting make 5,000-12,000
+elements on a concept page, and color-contrast asks the layout engine about every text
+node), so the pages are walked in two lanes side by side: each lane has its own browser
+context, hence its own renderer process, and axe works through a page in one lane while
+the other lane's page loads, is inspected or is audited on the second core.
 """
 
 from __future__ import annotations
@@ -89,9 +90,10 @@ def test_axe_finds_nothing_light_and_dark(site_walk: SiteWalk) -> None:
     # every other rule would read the same document as in light.
     changed = [
         f"/{rel}: the document differs between the schemes beyond colour "
-        f"({site_walk.records[rel, 'light'].document} != {site_walk.records[rel, 'dark'].document})"
+        f"({light.document} != {dark.document}):\n    " + "\n    ".join(dark.document_changes)
         for rel in pages
-        if site_walk.records[rel, "light"].document != site_walk.records[rel, "dark"].document
+        for light, dark in [(site_walk.records[rel, "light"], site_walk.records[rel, "dark"])]
+        if light.document != dark.document
     ]
     assert not changed, "\n".join(changed)
 

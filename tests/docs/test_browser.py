@@ -1,9 +1,10 @@
 """Every page of the built site in headless Chromium, with the network cut off, in the
 light and the dark scheme.
 
-The pages are loaded once per scheme for this module and test_accessibility.py together
-(the ``site_walk`` fixture; ``_walk.py`` explains the order of the steps on each load);
-each test here asserts on what that walk recorded:
+Each page is loaded once for this module and test_accessibility.py together, and checked
+in the light scheme, then in the dark one after Material's palette toggle (the
+``site_walk`` fixture; ``_walk.py`` explains the order of the steps on each load); each
+test here asserts on what that walk recorded:
 
 - every page renders offline: no request may leave 127.0.0.1 (they are blocked and
   recorded), none may fail, the console must stay free of errors, KaTeX (which typesets

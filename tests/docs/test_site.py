@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jupytext
 
+from docs_build import theme
 from tests.conftest import ROOT
 
 
@@ -147,3 +148,22 @@ def test_every_link_within_a_page_has_its_target(built_site: Path) -> None:
         if missing:
             broken[page.relative_to(built_site).as_posix()] = missing[:4]
     assert not broken, f"links to ids that are not on their page: {broken}"
+
+
+def test_every_page_takes_the_readers_colour_scheme_from_its_first_paint(
+    built_site: Path,
+) -> None:
+    """The browser walk (``_walk.py``) opens every page in a light context and switches it
+    to dark with Material's toggle; a reader whose system asks for dark instead gets the
+    dark palette from the page's own script, before the page is styled. test_browser.py
+    checks in a dark context that the script does so; here, that every page has it,
+    right after Material's own palette script, as ``docs_build/theme.py`` puts it."""
+    pages = sorted(built_site.rglob("*.html"))
+    missing = [
+        page.relative_to(built_site).as_posix()
+        for page in pages
+        if "data-md-color-media=" in (html := page.read_text(encoding="utf-8"))
+        and not re.search(theme.STORED_PALETTE.pattern + re.escape(theme.MATCHING_PALETTE), html)
+    ]
+    assert len(pages) > 30, pages
+    assert not missing, f"pages without the reader's scheme from the first paint: {missing}"
