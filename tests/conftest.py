@@ -75,12 +75,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return ByWorkUnit(config, log)
 
 
-# The order of the work units. First the site walk: its worker builds the site, then
-# walks it, the suite's longest chain. While the site builds (two tutorial kernels and
-# the page renderer on two cores), the other worker runs the modules that need neither
-# the site nor more than one core: the unit tests and doctests. Then the modules that
-# load every core or take longest (the tutorials as scripts, the phone walk, the
-# reader's install), and last the other modules of the site's tests.
+# The order of the work units. First the site walk: its worker builds the site, with
+# the tutorial scripts beside the build as its load (tests/docs/_reader_runs.py), then
+# walks it, the suite's longest chain. Meanwhile the other worker runs the modules that
+# need neither the site nor more than one core: the unit tests and doctests. Then the
+# modules that take longest (the scripts' tests, which read what the build recorded,
+# the phone walk, the reader's install), and last the other modules of the site's
+# tests.
 FIRST_UNITS = (
     "site_walk",
     "tests/docs/test_other_machines.py",

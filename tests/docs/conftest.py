@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 from filelock import FileLock
 
+from docs_build.tutorials import CACHE, cache_key
 from tests.conftest import BUILD, BUILD_SUMMARY, ROOT
+from tests.docs import _reader_runs
 from tests.docs._phone import PhoneWalk, walk_phones
 from tests.docs._walk import SiteWalk, walk_site
 
@@ -27,7 +29,7 @@ TEST_REPO_URL = "https://github.com/example/attention-by-running"
 
 
 @pytest.fixture(scope="session")
-def built_site() -> Path:
+def built_site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Run ``mkdocs build --strict`` exactly as ``make docs`` does and return the site.
 
     The tutorials come from the notebook cache where it holds their run (after
@@ -35,6 +37,12 @@ def built_site() -> Path:
     run depends on, so a cached run is the run the package as it is now gives, and a
     fresh checkout (CI) executes them all. The build's wall time goes into the
     session's summary (``BUILD_SUMMARY``).
+
+    When the session includes the busy-machine test (``test_other_machines.py``), this
+    is also the build on a busy machine: the session's tutorial scripts run beside it
+    as its load (``_reader_runs.py``), what they gave is kept in the site
+    (``_reader_runs.RECORD``), and the pages that time code run under that load: the
+    tutorials among them are left out of the cache for this build.
 
     Under ``pytest -n`` (``make test``) the workers build it once between them: the
     first to ask builds under a file lock, and the others, waiting on the lock, find
@@ -46,22 +54,28 @@ def built_site() -> Path:
     if prebuilt := os.environ.get("ATTENTION_PREBUILT_SITE"):
         return Path(prebuilt)
     site = BUILD / "test-site"
+    runs, busy = _reader_runs.selected(request.session.items)
+    load = (runs, tmp_path_factory) if busy else None
     run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     if run_id is None:
-        return _build_site(site, run_id)
+        return _build_site(site, run_id, load)
     BUILD.mkdir(exist_ok=True)
     with FileLock(BUILD / "test-site.lock"):
         stamp = site / BUILT_BY
         if stamp.is_file() and stamp.read_text() == run_id:
             return site
-        return _build_site(site, run_id)
+        return _build_site(site, run_id, load)
 
 
 # The run that built the site (xdist's id, shared by the workers of one run).
 BUILT_BY = ".built-by"
 
 
-def _build_site(site: Path, run_id: str | None) -> Path:
+def _build_site(
+    site: Path,
+    run_id: str | None,
+    load: tuple[list[_reader_runs.Run], pytest.TempPathFactory] | None,
+) -> Path:
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     # Headless CI often sets this; a kernel that inherited it once drew no figure at all.
     # Building with it set proves the build chooses the tutorials' backend itself.
@@ -72,26 +86,54 @@ def _build_site(site: Path, run_id: str | None) -> Path:
     # The Pages workflow passes the real repository; the tests need one to check the
     # repository, "edit this page" and Colab links against.
     env.setdefault("REPO_URL", TEST_REPO_URL)
+    if load is not None:
+        _forget_timed_tutorials()
+    BUILD.mkdir(exist_ok=True)
+    log_path = BUILD / "test-site.log"  # a file: a full pipe would stall the build
     start = time.perf_counter()
-    result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if result.returncode != 0:
-        pytest.fail(f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}")
-    (site / ".build-log").write_text(result.stderr)
+    with log_path.open("w", encoding="utf-8") as log:
+        build = subprocess.Popen(
+            [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            if load is None:
+                build.wait(timeout=900)
+            else:
+                runs, tmp = load
+                beside = _reader_runs.run_scripts(runs, tmp.mktemp, build)
+        finally:
+            if build.poll() is None:
+                build.kill()
+    output = log_path.read_text(encoding="utf-8")
+    if build.returncode != 0:
+        pytest.fail(f"mkdocs build --strict failed:\n{output}")
+    (site / ".build-log").write_text(output)
     seconds = time.perf_counter() - start
-    cached = result.stderr.count("executed from cache")
-    tutorials = f"{cached} tutorials from the cache" if cached else "tutorials executed"
-    summary = f"site build (strict, {tutorials}): {seconds:.1f} s wall"
+    cached = output.count("executed from cache")
+    how = "strict, " + (f"{cached} tutorials from the cache" if cached else "tutorials executed")
+    if load is not None:
+        beside.build_seconds = seconds
+        beside.save(site / _reader_runs.RECORD)
+        how += f", {len(beside.scripts)} tutorial scripts beside it"
+    summary = f"site build ({how}): {seconds:.1f} s wall"
     (site / BUILD_SUMMARY.name).write_text(summary)
     if run_id is not None:
         (site / BUILT_BY).write_text(run_id)
     return site
+
+
+def _forget_timed_tutorials() -> None:
+    """Drop the cached runs of the tutorials that time code, so that the build executes
+    them under its load (and caches them again)."""
+    for page in _reader_runs.timed_pages():
+        source = ROOT / "docs" / page
+        if source.suffix == ".py":
+            (ROOT / CACHE / f"{source.stem}-{cache_key(source)}.ipynb").unlink(missing_ok=True)
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

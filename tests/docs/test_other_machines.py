@@ -22,221 +22,57 @@ this module runs the code again under each:
   With two other programs on the cores, a log-log slope once asserted below 0.8 measured
   0.83; nothing asserted may depend on speed now (``test_claims``), and this proves it.
 
-No run repeats the build's: the same file, seed and kernels would check nothing new. The
-busy processes are the tutorial scripts themselves, two at a time, topped up with
-processes that only spin while fewer than two scripts are left: the machine does useful
-work while it is loaded.
+No run repeats the build's: the same file, seed and kernels would check nothing new.
+And nothing is built twice: when this module's busy-machine test is in the session, the
+suite's one site build (``built_site``) is the build on a busy machine, and the tutorial
+scripts are its load (``_reader_runs.py``), topped up with processes that only spin
+while fewer than two scripts are left: the machine does useful work while it is loaded.
+Without that test (a run of the scripts alone), this module runs them itself.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from mkdocs.utils.meta import get_data
 
-from tests.conftest import DOCS, ROOT
+from tests.docs._reader_runs import (
+    PORTABLE,
+    RECORD,
+    RUNS,
+    SEEDS,
+    TUTORIALS,
+    ReaderRuns,
+    Run,
+    reads_seed,
+    run_scripts,
+    selected,
+    timed_pages,
+)
 
-TUTORIALS = sorted((DOCS / "tutorials").glob("[0-9][0-9]_*.py"))
-# A tutorial that reads its seed from the environment: it trains.
-READS_SEED = re.compile(r"""os\.environ\.get\(\s*["']ATTENTION_SEED["']""")
-# A tutorial that measures CPU time to compare timings (one that only prints how long
-# its training took argues nothing from it).
+# A tutorial that trains: it must read its seed.
 TRAINS = re.compile(r"\btorch\.optim\.")
-MEASURES_CPU_TIME = re.compile(r"\b(thread_time|process_time|timeit)\(")
-PORTABLE = ("ATEN_CPU_CAPABILITY", "default")
-# The seeds the training tutorials' thresholds were set from (each page says which, in
-# the words TUNED_ON reads), and the two the suite runs, outside them.
-SEEDS = ("20", "21")
+# The seeds the training tutorials' thresholds were set from, as each page says.
 TUNED_ON = re.compile(r"thresholds were set from seeds (\d+)-(\d+)")
-
-
-def reads_seed(tutorial: Path) -> bool:
-    return bool(READS_SEED.search(tutorial.read_text(encoding="utf-8")))
-
-
-@dataclass(frozen=True)
-class Run:
-    """One script run of a tutorial, in an environment a reader might have."""
-
-    tutorial: Path
-    env: tuple[tuple[str, str], ...]
-
-    @property
-    def id(self) -> str:
-        parts = [self.tutorial.stem[:2]]
-        parts += [f"seed{v}" if k == "ATTENTION_SEED" else f"cpu-{v}" for k, v in self.env]
-        return "-".join(parts)
-
-    @property
-    def command(self) -> str:
-        env = " ".join(f"{k}={v}" for k, v in self.env)
-        return f"{env} python {self.tutorial.relative_to(ROOT)}"
-
-
-def runs_of(tutorial: Path) -> list[Run]:
-    if not reads_seed(tutorial):
-        return [Run(tutorial, (PORTABLE,))]
-    return [Run(tutorial, (("ATTENTION_SEED", seed), PORTABLE)) for seed in SEEDS]
-
-
-RUNS = [run for tutorial in TUTORIALS for run in runs_of(tutorial)]
-
-
-def timed_pages() -> list[str]:
-    """The pages that time code, as paths under docs/."""
-    pages = [
-        page.relative_to(DOCS).as_posix()
-        for page in sorted(DOCS.rglob("*.md"))
-        if get_data(page.read_text(encoding="utf-8"))[1].get("measures_time")
-    ]
-    tutorials = [
-        t.relative_to(DOCS).as_posix()
-        for t in TUTORIALS
-        if MEASURES_CPU_TIME.search(t.read_text(encoding="utf-8"))
-    ]
-    return pages + tutorials
-
-
-def narrowed_config(pages: list[str]) -> str:
-    """mkdocs.yml (``INHERIT``), building only ``pages`` and the static files.
-
-    Links from these pages to the pages left out are reported at ``info`` level instead
-    of failing: the full build checks them. Everything else, warnings included, fails as
-    in ``make docs``.
-    """
-    keep = "\n".join(f"  !/{page}" for page in pages)
-    site = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
-    # The site's own exclusions (KaTeX's script, which renders only at build) stay.
-    block = re.search(r"^exclude_docs: \|\n((?:  .*\n)+)", site, flags=re.MULTILINE)
-    assert block, "mkdocs.yml has no exclude_docs block"
-    nav = "\n".join(f"  - {page}" for page in pages)
-    return (
-        "INHERIT: mkdocs.yml\n"
-        f"exclude_docs: |\n{block[1]}  *.md\n  /tutorials/*.py\n{keep}\n"
-        f"nav:\n{nav}\n"
-        "validation:\n"
-        "  links:\n    not_found: info\n    anchors: info\n    unrecognized_links: info\n"
-        "  nav:\n    omitted_files: info\n"
-    )
-
-
-SPIN = "import time\nend = time.monotonic() + 1800\nwhile time.monotonic() < end: pass\n"
-
-
-@dataclass
-class ReaderRuns:
-    scripts: dict[str, subprocess.CompletedProcess[str]] = field(default_factory=dict)
-    build: subprocess.CompletedProcess[str] | None = None
-    build_seconds: float = 0.0
-    site: Path | None = None
-    least_busy: int = 2  # the fewest CPU-bound processes seen beside the build
-
-
-def _script_env(run: Run) -> dict[str, str]:
-    env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONWARNINGS": "error::DeprecationWarning"}
-    return env | dict(run.env)
 
 
 @pytest.fixture(scope="module")
 def reader_runs(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> ReaderRuns:
-    """The selected script runs, two at a time, longest first, with the timed pages'
-    strict build running beside them (if its test is selected): the scripts are the
-    build's load, and processes that only spin take a finished script's place while the
-    build still runs."""
-    names = {getattr(item, "originalname", None) for item in request.session.items}
-    selected = [
-        item.callspec.params["run"]
-        for item in request.session.items
-        if getattr(item, "originalname", None) == "test_tutorial_runs_as_a_script"
-    ]
-    selected.sort(key=lambda run: -run.tutorial.stat().st_size)
-    result = ReaderRuns()
-    build = None
-    if "test_the_pages_that_time_code_build_strictly_on_a_busy_machine" in names:
-        env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "ATTENTION_NOTEBOOK_CACHE": "false"}
-        site = result.site = tmp_path_factory.mktemp("timed-site")
-        log = site.parent / "timed-site.log"  # a file: a full pipe would stall the build
-        with log.open("w") as output:
-            build = subprocess.Popen(
-                [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", "-", "-d", str(site)],
-                stdin=subprocess.PIPE,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                cwd=ROOT,
-                env=env,
-                text=True,
-            )
-        assert build.stdin is not None
-        build.stdin.write(narrowed_config(timed_pages()))
-        build.stdin.close()
-        start = time.perf_counter()
-    spinners: list[subprocess.Popen[bytes]] = []
-    running = [0]  # scripts running now
-    lock = threading.Lock()
-
-    def execute(run: Run) -> subprocess.CompletedProcess[str]:
-        with lock:
-            running[0] += 1
-        try:
-            return subprocess.run(
-                [sys.executable, str(run.tutorial)],
-                cwd=tmp_path_factory.mktemp(run.id),  # not the tutorial's own folder
-                env=_script_env(run),
-                capture_output=True,
-                text=True,
-                timeout=600,
-            )
-        finally:
-            with lock:
-                running[0] -= 1
-
-    def keep_busy() -> None:
-        """While the build runs: at least two CPU-bound processes beside it."""
-        while build is not None and build.poll() is None:
-            with lock:
-                spinners[:] = [p for p in spinners if p.poll() is None]  # still spinning
-                while running[0] + len(spinners) < 2:
-                    spinners.append(subprocess.Popen([sys.executable, "-c", SPIN]))
-                while spinners and running[0] + len(spinners) > 2:
-                    stop(spinners.pop())  # a script took its place
-                alive = sum(p.poll() is None for p in spinners)
-                result.least_busy = min(result.least_busy, running[0] + alive)
-            time.sleep(0.1)
-
-    watcher = threading.Thread(target=keep_busy, name="keep-busy", daemon=True)
-    watcher.start()
-    try:
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            scripts = list(pool.map(execute, selected))
-        result.scripts = dict(zip((r.id for r in selected), scripts, strict=True))
-        if build is not None:  # the spinners alone keep the machine busy now
-            build.wait(timeout=900)
-            output = log.read_text(encoding="utf-8")
-            result.build = subprocess.CompletedProcess(build.args, build.returncode, "", output)
-            result.build_seconds = time.perf_counter() - start
-    finally:
-        if build is not None and build.poll() is None:
-            build.kill()
-        watcher.join()
-        for spinner in spinners:
-            stop(spinner)
-    return result
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    process.kill()
-    process.wait()
+    """What the session's script runs gave: from the site build they ran beside, when the
+    busy-machine test is in the session, else run here, two at a time."""
+    runs, busy = selected(request.session.items)
+    if busy:
+        site: Path = request.getfixturevalue("built_site")
+        record = site / RECORD
+        if not record.is_file():
+            pytest.fail(f"{site} has no {RECORD}: the site was not built beside the scripts")
+        return ReaderRuns.load(record)
+    return run_scripts(runs, tmp_path_factory.mktemp)
 
 
 def failed_claim(tutorial: Path, stderr: str) -> str:
@@ -266,24 +102,17 @@ def test_tutorial_runs_as_a_script(run: Run, reader_runs: ReaderRuns) -> None:
 
 @pytest.mark.site
 def test_the_pages_that_time_code_build_strictly_on_a_busy_machine(
-    reader_runs: ReaderRuns,
+    reader_runs: ReaderRuns, built_site: Path
 ) -> None:
-    build = reader_runs.build
-    assert build is not None
-    pages = timed_pages()
-    assert build.returncode == 0, (
-        f"the strict build of {pages} failed on a busy machine "
-        f"({reader_runs.build_seconds:.0f} s):\n{build.stderr[-6000:]}"
-    )
+    # The build itself is strict: had it failed, built_site would have failed first.
     assert reader_runs.least_busy >= 2, reader_runs.least_busy
-    assert reader_runs.site is not None
-    built = sorted(
-        p.parent.relative_to(reader_runs.site).as_posix()
-        for p in reader_runs.site.rglob("index.html")
-    )
-    expected = sorted(re.sub(r"(/index)?\.(md|py)$", "", page) for page in pages)
-    # Those pages, and nothing else.
-    assert built == expected, built
+    log = (built_site / ".build-log").read_text(encoding="utf-8")
+    for page in timed_pages():
+        built = built_site / re.sub(r"(/index)?\.(md|py)$", "", page) / "index.html"
+        assert built.is_file(), f"{page} was not built"
+        if page.endswith(".py"):
+            # Run under the load, not taken from the notebook cache.
+            assert f"{page} executed in" in log, f"{page} was not executed:\n{log}"
 
 
 def test_the_timed_pages_are_found() -> None:
