@@ -155,8 +155,11 @@ def reader(built_site: Path, site_url: str, tmp_path_factory: pytest.TempPathFac
     assert args[:2] == ["pip", "install"]
     env = {**os.environ, "PIP_CONSTRAINT": str(ROOT / "constraints.txt")}
     env |= {"PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    # --no-compile: pip would compile every module of torch and the rest on one core
+    # (about 20 s); the runs below compile what they import, as they import it. What
+    # resolves and installs is the line's own.
     installed = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", *args[2:]],
+        [str(python), "-m", "pip", "install", "--quiet", "--no-compile", *args[2:]],
         cwd=home,
         env=env,
         capture_output=True,
