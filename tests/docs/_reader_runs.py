@@ -116,8 +116,8 @@ class ReaderRuns:
     """What the scripts gave, and, for a build beside them, how busy the machine was."""
 
     scripts: dict[str, Script] = field(default_factory=dict)
-    least_busy: int = 2  # the fewest CPU-bound processes seen beside the build
-    build_seconds: float = 0.0
+    # The fewest CPU-bound processes seen beside the build; None: never looked.
+    least_busy: int | None = None
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)), encoding="utf-8")
@@ -179,8 +179,9 @@ def run_scripts(
                     spinners.append(subprocess.Popen([sys.executable, "-c", SPIN]))
                 while spinners and running[0] + len(spinners) > 2:
                     _stop(spinners.pop())  # a script took its place
-                alive = sum(p.poll() is None for p in spinners)
-                result.least_busy = min(result.least_busy, running[0] + alive)
+                busy = running[0] + sum(p.poll() is None for p in spinners)
+                seen = result.least_busy
+                result.least_busy = busy if seen is None else min(seen, busy)
             time.sleep(0.1)
 
     watcher = threading.Thread(target=keep_busy, name="keep-busy", daemon=True)

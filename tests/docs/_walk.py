@@ -384,6 +384,10 @@ class PageWatcher:
         page.on("console", self._on_console)
         page.on("pageerror", self._on_page_error)
 
+    def forget(self) -> None:
+        """Start again, for the next page in the same tab."""
+        self.left_site, self.failed, self.errors = [], [], []
+
     def _route(self, route) -> None:  # type: ignore[no-untyped-def]
         url = urlparse(route.request.url)
         if url.scheme in ("http", "https", "ws", "wss") and url.netloc != self.origin:
@@ -485,7 +489,7 @@ def walk_site(browser, site: Path, site_url: str) -> SiteWalk:  # type: ignore[n
         turn to the other lane while this page loads or its axe works."""
         light = records[rel, "light"] = PageRecord(rel, "light")
         dark = records[rel, "dark"] = PageRecord(rel, "dark")
-        watcher.left_site, watcher.failed, watcher.errors = [], [], []
+        watcher.forget()  # the tab's previous page
         # 1. As a reader opens it, and axe as a reader runs it (in the page, from as soon
         # as its document exists: a goto that waited for the load event here would hold
         # the other lane up for the whole load).

@@ -117,7 +117,6 @@ def _build_site(
     cached = output.count("executed from cache")
     how = "strict, " + (f"{cached} tutorials from the cache" if cached else "tutorials executed")
     if load is not None:
-        beside.build_seconds = seconds
         beside.save(site / _reader_runs.RECORD)
         how += f", {len(beside.scripts)} tutorial scripts beside it"
     summary = f"site build ({how}): {seconds:.1f} s wall"

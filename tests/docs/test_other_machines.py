@@ -105,7 +105,9 @@ def test_the_pages_that_time_code_build_strictly_on_a_busy_machine(
     reader_runs: ReaderRuns, built_site: Path
 ) -> None:
     # The build itself is strict: had it failed, built_site would have failed first.
-    assert reader_runs.least_busy >= 2, reader_runs.least_busy
+    # Measured while the build ran, not a default.
+    least = reader_runs.least_busy
+    assert least is not None and least >= 2, least
     log = (built_site / ".build-log").read_text(encoding="utf-8")
     for page in timed_pages():
         built = built_site / re.sub(r"(/index)?\.(md|py)$", "", page) / "index.html"
