@@ -215,7 +215,11 @@ class SitePlugin(BasePlugin):  # type: ignore[type-arg]  # no options
                 File.generated(config, f"assets/explorers/{name}", abs_src_path=str(package_file))
             )
         changelog = Path(config.config_file_path).parent / CHANGELOG
-        files.append(File.generated(config, "changelog.md", abs_src_path=str(changelog)))
+        page = File.generated(config, "changelog.md", abs_src_path=str(changelog))
+        # A file of the repository shown at another address, not generated content: the
+        # "Last update" plugin dates generated files by the build, this by its commit.
+        page.generated_by = None
+        files.append(page)
         return files
 
     def on_nav(self, nav: Navigation, config: MkDocsConfig, files: Files) -> Navigation:
