@@ -80,13 +80,25 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 # walks it, the suite's longest chain. Meanwhile the other worker runs the modules that
 # need neither the site nor more than one core: the unit tests and doctests. Then the
 # modules that take longest (the scripts' tests, which read what the build recorded,
-# the phone walk, the reader's install), and last the other modules of the site's
-# tests.
+# the phone walk, the reader's install), then the browser tests that mostly wait (for a
+# page to settle, a search to answer), while the walk keeps both cores busy; then the
+# other modules of the site's tests, and last those that only compute (each runs the
+# pages' code blocks in processes of its own): whichever worker is left at the end
+# keeps its core busy to the end. Both orders were measured: with the waiting tests
+# last, one core was idle for most of the last minute.
 FIRST_UNITS = (
     "site_walk",
     "tests/docs/test_other_machines.py",
     "phone_walk",
     "tests/docs/test_reader_install.py",
+    "tests/docs/test_search.py",
+    "tests/docs/test_explorers.py",
+    "tests/docs/test_hosting.py",
+    "tests/docs/test_copy.py",
+)
+LAST_UNITS = (
+    "tests/docs/test_exec_output.py",
+    "tests/docs/test_built_snippets.py",
 )
 
 
@@ -94,7 +106,9 @@ def _rank(unit: str) -> int:
     if unit == FIRST_UNITS[0]:
         return 0
     if unit in FIRST_UNITS:
-        return 1 + FIRST_UNITS.index(unit)  # 2, 3, 4: after the unit tests
+        return 1 + FIRST_UNITS.index(unit)  # 2, 3, ...: after the unit tests
+    if unit in LAST_UNITS:
+        return 2 + len(FIRST_UNITS) + LAST_UNITS.index(unit)
     return 1 if not unit.startswith("tests/docs/") else 1 + len(FIRST_UNITS)
 
 
