@@ -161,6 +161,11 @@ def cache_key(source: Path) -> str:
     return digest.hexdigest()[:20]
 
 
+def cached_run(cache_dir: Path, source: Path) -> Path:
+    """Where ``cache_dir`` keeps the run of ``source`` as it is now (`cache_key`)."""
+    return cache_dir / f"{source.stem}-{cache_key(source)}.ipynb"
+
+
 class Kernel:
     """A Jupyter kernel that runs tutorials one after another, reset between them.
 
@@ -211,7 +216,7 @@ def execute(
     In ``kernel`` if given (it is reset first if it ran a tutorial before), else in a
     fresh kernel of its own with ``threads`` intra-op threads.
     """
-    cached_path = cache_dir / f"{source.stem}-{cache_key(source)}.ipynb" if cache_dir else None
+    cached_path = cached_run(cache_dir, source) if cache_dir else None
     if cached_path is not None and cached_path.is_file():
         return Executed(source, nbformat.read(cached_path, as_version=4), 0.0, True)
     if kernel is None:

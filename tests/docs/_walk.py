@@ -164,18 +164,22 @@ LAYOUT_RULES = [
 COLOUR_RULES = ["color-contrast", "link-in-text-block"]
 
 
+# The scheme every page opens in (the lanes' contexts): the reader's run (READER_AXE) is
+# on the page as opened, so in this scheme alone.
+OPENS_IN = "light"
+
+
 @dataclass(frozen=True)
 class AxePlan:
-    """What axe runs on each page in one scheme."""
+    """What axe runs on each page in one scheme, on the page laid out whole."""
 
-    as_opened: bool  # the reader's run (READER_AXE)
-    laid_out_rules: list[str]  # then, on the page laid out whole (LAID_OUT_AXE)
+    laid_out_rules: list[str]  # LAID_OUT_AXE's rules
     laid_out_on: str  # the part of the page that run covers
 
 
 AXE_PLANS = {
-    "light": AxePlan(as_opened=True, laid_out_rules=LAYOUT_RULES, laid_out_on=CONTENT),
-    "dark": AxePlan(as_opened=False, laid_out_rules=COLOUR_RULES, laid_out_on="html"),
+    "light": AxePlan(laid_out_rules=LAYOUT_RULES, laid_out_on=CONTENT),
+    "dark": AxePlan(laid_out_rules=COLOUR_RULES, laid_out_on="html"),
 }
 
 # Until the page has settled: two frames drawn, then every CSS transition ended (Material
@@ -495,7 +499,7 @@ def walk_site(browser, site: Path, site_url: str) -> SiteWalk:  # type: ignore[n
     def visit(tab, watcher, rel: str) -> Iterator[None]:  # type: ignore[no-untyped-def]
         """The steps of one page's visit (module docstring); each ``yield`` hands the
         turn to the other lane while this page loads or its axe works."""
-        light = records[rel, "light"] = PageRecord(rel, "light")
+        light = records[rel, OPENS_IN] = PageRecord(rel, OPENS_IN)
         dark = records[rel, "dark"] = PageRecord(rel, "dark")
         watcher.forget()  # the tab's previous page
         # 1. As a reader opens it, and axe as a reader runs it (in the page, from as soon
@@ -556,7 +560,7 @@ def walk_site(browser, site: Path, site_url: str) -> SiteWalk:  # type: ignore[n
             tab.close()
 
     contexts = [
-        browser.new_context(color_scheme="light", viewport=VIEWPORT, service_workers="block")
+        browser.new_context(color_scheme=OPENS_IN, viewport=VIEWPORT, service_workers="block")
         for _ in range(LANES)
     ]
     if with_axe:

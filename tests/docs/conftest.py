@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from filelock import FileLock
 
-from docs_build.tutorials import CACHE, cache_key
+from docs_build.tutorials import CACHE, cached_run
 from tests.conftest import BUILD, BUILD_SUMMARY, ROOT
 from tests.docs import _reader_runs
 from tests.docs._phone import PhoneWalk, walk_phones
@@ -132,7 +132,7 @@ def _forget_timed_tutorials() -> None:
     for page in _reader_runs.timed_pages():
         source = ROOT / "docs" / page
         if source.suffix == ".py":
-            (ROOT / CACHE / f"{source.stem}-{cache_key(source)}.ipynb").unlink(missing_ok=True)
+            cached_run(ROOT / CACHE, source).unlink(missing_ok=True)
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

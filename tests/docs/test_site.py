@@ -159,11 +159,11 @@ def test_every_page_takes_the_readers_colour_scheme_from_its_first_paint(
     checks in a dark context that the script does so; here, that every page has it,
     right after Material's own palette script, as ``docs_build/theme.py`` puts it."""
     pages = sorted(built_site.rglob("*.html"))
+    script = theme.STORED_PALETTE.pattern + re.escape(theme.MATCHING_PALETTE)
     missing = [
         page.relative_to(built_site).as_posix()
         for page in pages
-        if "data-md-color-media=" in (html := page.read_text(encoding="utf-8"))
-        and not re.search(theme.STORED_PALETTE.pattern + re.escape(theme.MATCHING_PALETTE), html)
+        if not re.search(script, page.read_text(encoding="utf-8"))
     ]
     assert len(pages) > 30, pages
     assert not missing, f"pages without the reader's scheme from the first paint: {missing}"
