@@ -22,13 +22,24 @@ help: ## List the targets
 # published; the reader's wheel holds the package alone), all three editable.
 EDITABLES := -e ".[dev]" -e ./docs_build -e ./benchmarks
 
+# The lock's lines, torch's left out, in two halves: one for each of the two pips below.
+LOCK_HALF = grep -v -e '^\#' -e '^torch==' constraints.txt | awk 'NR % 2 == $(1)'
+
 $(INSTALLED): pyproject.toml setup.py docs_build/pyproject.toml benchmarks/pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is required"'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	# torch first and on its own, pinned: anything that depends on it must find it
-	# installed, or pip pulls the newest CUDA build (gigabytes) from the registry.
-	$(PIP) install -q -c constraints.txt torch || { echo "could not install torch 2.13.0: pip needs PyPI, or a wheel folder it is configured for (pip config list)" >&2; exit 1; }
-	$(PIP) install -q -c constraints.txt $(EDITABLES) || { echo "could not install the pinned dependencies: pip needs PyPI (see the error above)" >&2; exit 1; }
+	# Every distribution at the version constraints.txt locks, taken as locked (--no-deps:
+	# `make lock` resolved them), by two pips side by side: a pip finds, unpacks and
+	# byte-compiles on one core, and one pip alone left the other core idle for a minute.
+	$(call LOCK_HALF,1) > $(VENV)/lock-1.txt
+	$(call LOCK_HALF,0) > $(VENV)/lock-2.txt
+	$(PIP) install -q --no-deps -c constraints.txt torch -r $(VENV)/lock-1.txt & first=$$!; \
+	$(PIP) install -q --no-deps -r $(VENV)/lock-2.txt $(EDITABLES); second=$$?; \
+	wait $$first && [ $$second -eq 0 ] || { echo "could not install the pinned dependencies: pip needs PyPI, or a wheel folder it is configured for (pip config list)" >&2; exit 1; }
+	# Then torch's own requirements, resolved: the lock holds them for the CPU build it
+	# was made with, but a CUDA build (PyPI's default) also needs its CUDA libraries.
+	$(PIP) install -q -c constraints.txt torch || { echo "could not install torch 2.13.0's requirements: pip needs PyPI (see the error above)" >&2; exit 1; }
+	$(PIP) check || { echo "the installed distributions do not meet the project's requirements: constraints.txt is older than a pyproject.toml (run make lock)" >&2; exit 1; }
 	touch $@
 
 .PHONY: install

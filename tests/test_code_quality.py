@@ -49,3 +49,45 @@ def test_every_package_folder_is_installed(project: str, top: str) -> None:
     }
     assert folders and folders <= listed, f"not installed: {sorted(folders - listed)}"
     assert all(name.split(".")[0] == top for name in listed), listed
+
+
+# The distributions `make install` installs editable, with the extras it asks for.
+EDITABLE = {
+    "attention-by-running": {"dev"},
+    "attention-by-running-site": set(),
+    "attention-by-running-bench": set(),
+}
+
+
+def test_the_lock_holds_what_the_project_requires_and_nothing_else() -> None:
+    """`make install` installs constraints.txt as it stands, without resolving it again
+    (``--no-deps``), and ``pip check`` fails on a requirement it lacks. A distribution
+    that nothing requires any more would stay in every new venv unseen: 10 did, after
+    the build stopped using nbconvert."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    required: dict[str, set[str]] = {}
+    todo = [(name, set(extras)) for name, extras in EDITABLE.items()]
+    while todo:
+        name, extras = todo.pop()
+        known = required.setdefault(canonicalize_name(name), set())
+        if known and extras <= known:
+            continue
+        known |= extras | {""}
+        for line in metadata.requires(name) or []:
+            requirement = Requirement(line)
+            marker = requirement.marker
+            if marker is None or any(marker.evaluate({"extra": e}) for e in known):
+                todo.append((requirement.name, set(requirement.extras)))
+    locked = {
+        canonicalize_name(line.split("==")[0])
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    }
+    assert locked == set(required) - {canonicalize_name(n) for n in EDITABLE}, (
+        f"locked, required by nothing: {sorted(locked - set(required))}; "
+        f"required, not locked: {sorted(set(required) - locked - set(EDITABLE))} (make lock)"
+    )
