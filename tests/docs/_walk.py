@@ -46,12 +46,16 @@ in this order:
    ``INSPECT_PAGE``, and axe's one run in this scheme: the rules that depend on colour
    (``COLOUR_RULES``), on the whole page laid out, header and menus included. Every
    other rule reads a document that is the same in both schemes, which ``SAME_DOCUMENT``
-   checks (``AXE_PLANS``), and the reader's run of step 1 read it. Then the figures
-   again, each in its dark render. The PageWatcher's records (requests that left the
-   site or failed, console errors, uncaught exceptions, from the first request to the
-   last probe) are copied: the light record's at the toggle, the dark one's at the end.
+   checks (``AXE_PLANS``), and the reader's run of step 1 read it. That run is left out on
+   a page that shows the colour rules nothing new: no text style, no link in its text
+   and nothing they could not judge that an earlier page of the walk had not shown in
+   dark (63 of 81 pages, when this was written). Then the figures again, each in its dark render.
+   The PageWatcher's records (requests that left the site or failed, console errors,
+   uncaught exceptions, from the first request to the last probe) are copied: the light
+   record's at the toggle, the dark one's at the end.
 
-color-contrast checks each text style once per scheme and walk (``MARK_REPEATED_STYLES``).
+color-contrast checks each text style once per scheme and walk (``MARK_REPEATED_STYLES``),
+and link-in-text-block each pair of a link and the text around it.
 A reader whose system asks for dark gets the dark palette from the first paint of every
 page (``docs_build/theme.py``); ``test_browser.py`` checks that in a dark context, and
 ``test_site.py`` that every page carries the script that does it.
@@ -175,11 +179,15 @@ class AxePlan:
 
     laid_out_rules: list[str]  # LAID_OUT_AXE's rules
     laid_out_on: str  # the part of the page that run covers
+    # Only where a style, a pair of a link and its text, or an element axe could not yet
+    # judge is new to the walk in this scheme (MARK_REPEATED_STYLES): true of rules that
+    # depend on colour alone.
+    skip_when_nothing_new: bool
 
 
 AXE_PLANS = {
-    "light": AxePlan(laid_out_rules=LAYOUT_RULES, laid_out_on=CONTENT),
-    "dark": AxePlan(laid_out_rules=COLOUR_RULES, laid_out_on="html"),
+    "light": AxePlan(laid_out_rules=LAYOUT_RULES, laid_out_on=CONTENT, skip_when_nothing_new=False),
+    "dark": AxePlan(laid_out_rules=COLOUR_RULES, laid_out_on="html", skip_when_nothing_new=True),
 }
 
 # Until the page has settled: two frames drawn, then every CSS transition ended (Material
@@ -279,65 +287,101 @@ SAME_DOCUMENT = """async (compare) => {
 # 4,000-6,000 of them, syntax-highlighting tokens, KaTeX glyph boxes and prose, drawn in
 # a few dozen distinct styles, most of them the same on every page. Two elements with the
 # same colour, font size and weight, text shadow, opacity and backgrounds behind them
-# have the same contrast, so in the laid-out run color-contrast checks one element of each
+# have the same contrast, so in a laid-out run color-contrast checks one element of each
 # such style that no earlier page of the walk (in this scheme) had checked: the first that
 # is shown and not scrolled out of sight in its box, where axe could only say
 # "incomplete". The others are marked `data-axe-repeat` and left to the one checked (every
 # other rule still sees every element, and the reader's run sees every element it can
 # see). A style with no such element keeps all of its elements and stays unchecked for the
 # next page. A failing style is then one node, on the first page that shows it.
-# Takes the styles already checked; returns those this page checks for the first time.
-MARK_REPEATED_STYLES = f"""(checked) => {{
-  const content = document.querySelector('{CONTENT}');
+#
+# link-in-text-block compares a link with the text of the block around it: the same two
+# styles, the link's underline and border included, give the same verdict. So this also
+# returns the pairs no earlier page had (`links`), and how many elements of a style
+# still unchecked a run could see (`unchecked`): in the dark scheme, a page with no new
+# style, no new pair and nothing unchecked gives axe's colour rules nothing they have not
+# judged on an earlier page, and the walk does not run them there
+# (``AxePlan.skip_when_nothing_new``).
+# Takes the styles and pairs checked so far and the part of the page the run covers.
+MARK_REPEATED_STYLES = """([checked, checkedLinks, scope]) => {
+  const root = document.querySelector(scope);
   // The marks of the other scheme's run on this load go first.
-  for (const el of content.querySelectorAll('[data-axe-repeat]')) {{
+  for (const el of document.querySelectorAll('[data-axe-repeat]')) {
     el.removeAttribute('data-axe-repeat');
-  }}
+  }
   // KaTeX's MathML copy is clipped to a pixel for screen readers only: axe never checks
   // its contrast, so none of it may stand for a style.
-  const texts = [...content.querySelectorAll('*')].filter((el) => !el.closest('.katex-mathml')
+  const texts = [...root.querySelectorAll('*')].filter((el) => !el.closest('.katex-mathml')
     && [...el.childNodes].some((n) => n.nodeType === Node.TEXT_NODE && n.data.trim()));
   const transparent = 'rgba(0, 0, 0, 0)';
-  const look = (el) => {{
+  const look = (el) => {
     const own = getComputedStyle(el);
     const parts = [own.color, own.fontSize, own.fontWeight, own.textShadow];
     let opacity = 1;
-    for (let a = el; a; a = a.parentElement) {{
+    for (let a = el; a; a = a.parentElement) {
       const s = getComputedStyle(a);
       opacity *= Number(s.opacity);
       if (s.backgroundImage !== 'none') parts.push(s.backgroundImage);
-      if (s.backgroundColor !== transparent) {{
+      if (s.backgroundColor !== transparent) {
         parts.push(s.backgroundColor);
         if (!s.backgroundColor.startsWith('rgba')) break;  // opaque: nothing shows through
-      }}
-    }}
+      }
+    }
     return parts.concat(opacity).join('|');
-  }};
-  const shownInSight = (el) => {{
-    if (!el.checkVisibility({{ visibilityProperty: true, opacityProperty: true }})) return false;
+  };
+  const shown = (el) => {
+    if (!el.checkVisibility({ visibilityProperty: true, opacityProperty: true })) return null;
     const inner = el.getBoundingClientRect();
-    if (inner.width < 2 || inner.height < 2) return false;  // hidden, or clipped to a pixel
+    if (inner.width < 2 || inner.height < 2) return null;  // hidden, or clipped to a pixel
+    return inner;
+  };
+  // In the box that scrolls it, wholly (`whole`) or in part.
+  const inSight = (el, whole) => {
+    const inner = shown(el);
+    if (!inner) return false;
     const box = el.closest('pre, .katex-display, div.arithmatex, .md-typeset__scrollwrap');
     if (!box) return true;
     const outer = box.getBoundingClientRect();
-    return inner.left >= outer.left && inner.right <= outer.right;
-  }};
+    return whole ? inner.left >= outer.left && inner.right <= outer.right
+      : inner.right > outer.left && inner.left < outer.right;
+  };
   const known = new Set(checked);
   const byLook = new Map();
-  for (const el of texts) {{
+  for (const el of texts) {
     const key = look(el);
     if (!byLook.has(key)) byLook.set(key, []);
     byLook.get(key).push(el);
-  }}
+  }
   const first = [];
-  for (const [key, group] of byLook) {{
-    const kept = known.has(key) ? null : group.find(shownInSight);
-    if (!known.has(key) && !kept) continue;  // nothing axe could check: keep them all
+  let unchecked = 0;
+  for (const [key, group] of byLook) {
+    const kept = known.has(key) ? null : group.find((el) => inSight(el, true));
+    if (!known.has(key) && !kept) {  // nothing axe could check: keep them all
+      unchecked += group.filter((el) => inSight(el, false)).length;
+      continue;
+    }
     group.forEach((el) => el === kept || el.setAttribute('data-axe-repeat', ''));
     if (kept) first.push(key);
-  }}
-  return first;
-}}"""
+  }
+  const decoration = (el) => {
+    const s = getComputedStyle(el);
+    return [s.textDecorationLine, s.borderBottomStyle, s.borderBottomWidth].join('|');
+  };
+  const block = (el) => {
+    let a = el.parentElement;
+    while (a && a !== root && getComputedStyle(a).display.startsWith('inline')) a = a.parentElement;
+    return a || root;
+  };
+  const knownLinks = new Set(checkedLinks);
+  const links = new Set();
+  for (const link of root.querySelectorAll('a[href], [role="link"]')) {
+    if (!shown(link)) continue;
+    const around = block(link);
+    const pair = [look(link), decoration(link), look(around), decoration(around)].join(' in ');
+    if (!knownLinks.has(pair)) links.add(pair);
+  }
+  return { styles: first, links: [...links], unchecked };
+}"""
 
 # Starts the second run: the layout rules alone, on the laid-out page, repeated styles
 # left out of color-contrast, and on the page's content alone: its blocks are what
@@ -439,6 +483,8 @@ class PageRecord:
     info: dict[str, Any] = field(default_factory=dict)  # INSPECT_PAGE
     axe: list[dict[str, str]] | None = None  # READER_AXE's nodes; None: it did not run
     axe_laid_out: list[dict[str, str]] | None = None  # LAID_OUT_AXE's nodes
+    laid_out_ran: bool = False  # False: skipped, nothing new (skip_when_nothing_new)
+    new_styles: int = 0  # styles, pairs and unjudged elements new to the walk
     figures: list[list[dict[str, Any]]] = field(default_factory=list)  # VISIBLE_FIGURES
     overflowing_code: list[str] = field(default_factory=list)  # OVERFLOWING_CODE
 
@@ -471,15 +517,23 @@ def walk_site(browser, site: Path, site_url: str) -> SiteWalk:  # type: ignore[n
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with_axe = AXE.is_file() and not screenshots
     records: dict[tuple[str, str], PageRecord] = {}
-    # The text styles color-contrast has checked so far, per scheme (MARK_REPEATED_STYLES).
+    # The text styles color-contrast has checked so far, and the pairs of a link and the
+    # text around it link-in-text-block has, per scheme (MARK_REPEATED_STYLES).
     checked_styles: dict[str, set[str]] = {scheme: set() for scheme in SCHEMES}
+    checked_links: dict[str, set[str]] = {scheme: set() for scheme in SCHEMES}
 
     def audit_laid_out(tab, record: PageRecord) -> Iterator[None]:  # type: ignore[no-untyped-def]
         """axe on the page laid out, in the scheme the page shows now (AXE_PLANS)."""
         plan = AXE_PLANS[record.scheme]
-        checked_styles[record.scheme].update(
-            tab.evaluate(MARK_REPEATED_STYLES, sorted(checked_styles[record.scheme]))
-        )
+        styles, links = checked_styles[record.scheme], checked_links[record.scheme]
+        new = tab.evaluate(MARK_REPEATED_STYLES, [sorted(styles), sorted(links), plan.laid_out_on])
+        styles.update(new["styles"])
+        links.update(new["links"])
+        record.new_styles = len(new["styles"]) + len(new["links"]) + new["unchecked"]
+        if plan.skip_when_nothing_new and not record.new_styles:
+            record.axe_laid_out = []  # nothing these rules have not judged on an earlier page
+            return
+        record.laid_out_ran = True
         tab.evaluate(LAID_OUT_AXE, [plan.laid_out_rules, plan.laid_out_on])
         yield
         record.axe_laid_out = tab.evaluate(AXE_VERDICT)

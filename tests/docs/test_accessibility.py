@@ -28,7 +28,10 @@ Then, on the same load, the page goes dark through Material's palette toggle, as
 reader switches it, and axe runs once more: the rules that depend on colour
 (``_walk.COLOUR_RULES``), on the whole page laid out, header and menus included. Every
 other rule would read the same document as in light, and the test checks that it is the
-same, element by element, shown or not (``_walk.SAME_DOCUMENT``). The test also checks
+same, element by element, shown or not (``_walk.SAME_DOCUMENT``). The colour rules judge
+each text style, and each pair of a link and the text around it, once per scheme and
+walk; a page that shows them nothing an earlier page had not is left out of the dark
+run (``_walk.MARK_REPEATED_STYLES``). The test also checks
 that the toggle gave the slate palette, since a page silently left light would make the
 dark run meaningless. A reader whose system asks for dark gets that palette from the
 first paint (test_browser.py checks it in a dark context).
@@ -110,3 +113,14 @@ def test_axe_finds_nothing_light_and_dark(site_walk: SiteWalk) -> None:
         ]
 
     assert not violations, format_report(violations)
+
+
+def test_the_dark_run_is_left_out_only_where_it_has_nothing_new(site_walk: SiteWalk) -> None:
+    light, dark = site_walk.in_scheme(OPENS_IN), site_walk.in_scheme("dark")
+    assert all(record.laid_out_ran for record in light), "a light laid-out run was left out"
+    ran = [record for record in dark if record.laid_out_ran]
+    left_out = [record for record in dark if not record.laid_out_ran]
+    # Each lane's first page has every style to judge; a page left out had none new.
+    assert dark[0].laid_out_ran and dark[1].laid_out_ran
+    assert all(record.new_styles for record in ran), [r.where for r in ran if not r.new_styles]
+    assert all(not record.new_styles for record in left_out)
