@@ -36,8 +36,10 @@ in this order:
    could not see (``LAID_OUT_AXE``): a page opened at the top has most of its blocks not
    laid out yet, and axe takes what lies outside a block's box as off screen, so the
    rules whose verdict depends on what is on screen (``LAYOUT_RULES``) run again on the
-   page laid out as a reader who scrolls through it sees each block. Every other rule
-   reads the document, which laying it out does not change. Then ``VISIBLE_FIGURES``
+   page laid out as a reader who scrolls through it sees each block; those that judge
+   colour (``COLOUR_RULES``) only where the page shows them something new (below).
+   Every other rule reads the document, which laying it out does not change. Then
+   ``VISIBLE_FIGURES``
    scrolls each figure into view and ``OVERFLOWING_CODE`` measures the code cells.
 3. **dark, on the same load**: Material's own palette toggle in the header, clicked as a
    reader switches (``TO_DARK``; with CSS transitions off for the switch, so that the
@@ -46,10 +48,11 @@ in this order:
    ``INSPECT_PAGE``, and axe's one run in this scheme: the rules that depend on colour
    (``COLOUR_RULES``), on the whole page laid out, header and menus included. Every
    other rule reads a document that is the same in both schemes, which ``SAME_DOCUMENT``
-   checks (``AXE_PLANS``), and the reader's run of step 1 read it. That run is left out on
-   a page that shows the colour rules nothing new: no text style, no link in its text
-   and nothing they could not judge that an earlier page of the walk had not shown in
-   dark (63 of 81 pages, when this was written). Then the figures again, each in its dark render.
+   checks (``AXE_PLANS``), and the reader's run of step 1 read it. That run is left out
+   on a page that shows the colour rules nothing new: no text style, no link in its
+   text and nothing they could not judge that an earlier page of the walk had not shown
+   in dark (63 of 81 pages, when this was written). Then the figures again, each in
+   its dark render.
    The PageWatcher's records (requests that left the site or failed, console errors,
    uncaught exceptions, from the first request to the last probe) are copied: the light
    record's at the toggle, the dark one's at the end.
@@ -179,15 +182,11 @@ class AxePlan:
 
     laid_out_rules: list[str]  # LAID_OUT_AXE's rules
     laid_out_on: str  # the part of the page that run covers
-    # Only where a style, a pair of a link and its text, or an element axe could not yet
-    # judge is new to the walk in this scheme (MARK_REPEATED_STYLES): true of rules that
-    # depend on colour alone.
-    skip_when_nothing_new: bool
 
 
 AXE_PLANS = {
-    "light": AxePlan(laid_out_rules=LAYOUT_RULES, laid_out_on=CONTENT, skip_when_nothing_new=False),
-    "dark": AxePlan(laid_out_rules=COLOUR_RULES, laid_out_on="html", skip_when_nothing_new=True),
+    "light": AxePlan(laid_out_rules=LAYOUT_RULES, laid_out_on=CONTENT),
+    "dark": AxePlan(laid_out_rules=COLOUR_RULES, laid_out_on="html"),
 }
 
 # Until the page has settled: two frames drawn, then every CSS transition ended (Material
@@ -299,9 +298,9 @@ SAME_DOCUMENT = """async (compare) => {
 # styles, the link's underline and border included, give the same verdict. So this also
 # returns the pairs no earlier page had (`links`), and how many elements of a style
 # still unchecked a run could see (`unchecked`): in the dark scheme, a page with no new
-# style, no new pair and nothing unchecked gives axe's colour rules nothing they have not
-# judged on an earlier page, and the walk does not run them there
-# (``AxePlan.skip_when_nothing_new``).
+# style, no new pair and nothing unchecked gives axe's colour rules (COLOUR_RULES) nothing
+# they have not judged on an earlier page, and the laid-out run leaves them out there: in
+# light it runs the other layout rules alone, in dark it does not run at all.
 # Takes the styles and pairs checked so far and the part of the page the run covers.
 MARK_REPEATED_STYLES = """([checked, checkedLinks, scope]) => {
   const root = document.querySelector(scope);
@@ -483,7 +482,7 @@ class PageRecord:
     info: dict[str, Any] = field(default_factory=dict)  # INSPECT_PAGE
     axe: list[dict[str, str]] | None = None  # READER_AXE's nodes; None: it did not run
     axe_laid_out: list[dict[str, str]] | None = None  # LAID_OUT_AXE's nodes
-    laid_out_ran: bool = False  # False: skipped, nothing new (skip_when_nothing_new)
+    laid_out_rules: list[str] = field(default_factory=list)  # the rules that run ran
     new_styles: int = 0  # styles, pairs and unjudged elements new to the walk
     figures: list[list[dict[str, Any]]] = field(default_factory=list)  # VISIBLE_FIGURES
     overflowing_code: list[str] = field(default_factory=list)  # OVERFLOWING_CODE
@@ -530,11 +529,14 @@ def walk_site(browser, site: Path, site_url: str) -> SiteWalk:  # type: ignore[n
         styles.update(new["styles"])
         links.update(new["links"])
         record.new_styles = len(new["styles"]) + len(new["links"]) + new["unchecked"]
-        if plan.skip_when_nothing_new and not record.new_styles:
-            record.axe_laid_out = []  # nothing these rules have not judged on an earlier page
+        # Without anything new, the colour rules would judge again what they have judged.
+        record.laid_out_rules = [
+            rule for rule in plan.laid_out_rules if record.new_styles or rule not in COLOUR_RULES
+        ]
+        if not record.laid_out_rules:
+            record.axe_laid_out = []
             return
-        record.laid_out_ran = True
-        tab.evaluate(LAID_OUT_AXE, [plan.laid_out_rules, plan.laid_out_on])
+        tab.evaluate(LAID_OUT_AXE, [record.laid_out_rules, plan.laid_out_on])
         yield
         record.axe_laid_out = tab.evaluate(AXE_VERDICT)
 

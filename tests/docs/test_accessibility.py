@@ -30,8 +30,8 @@ reader switches it, and axe runs once more: the rules that depend on colour
 other rule would read the same document as in light, and the test checks that it is the
 same, element by element, shown or not (``_walk.SAME_DOCUMENT``). The colour rules judge
 each text style, and each pair of a link and the text around it, once per scheme and
-walk; a page that shows them nothing an earlier page had not is left out of the dark
-run (``_walk.MARK_REPEATED_STYLES``). The test also checks
+walk: on a page that shows them nothing an earlier page had not, the laid-out runs leave
+them out (``_walk.MARK_REPEATED_STYLES``), and in dark there is no run left. The test also checks
 that the toggle gave the slate palette, since a page silently left light would make the
 dark run meaningless. A reader whose system asks for dark gets that palette from the
 first paint (test_browser.py checks it in a dark context).
@@ -51,7 +51,7 @@ import os
 
 import pytest
 
-from tests.docs._walk import AXE, OPENS_IN, SCHEMES, SiteWalk
+from tests.docs._walk import AXE, AXE_PLANS, COLOUR_RULES, LAYOUT_RULES, OPENS_IN, SCHEMES, SiteWalk
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -115,12 +115,22 @@ def test_axe_finds_nothing_light_and_dark(site_walk: SiteWalk) -> None:
     assert not violations, format_report(violations)
 
 
-def test_the_dark_run_is_left_out_only_where_it_has_nothing_new(site_walk: SiteWalk) -> None:
-    light, dark = site_walk.in_scheme(OPENS_IN), site_walk.in_scheme("dark")
-    assert all(record.laid_out_ran for record in light), "a light laid-out run was left out"
-    ran = [record for record in dark if record.laid_out_ran]
-    left_out = [record for record in dark if not record.laid_out_ran]
-    # Each lane's first page has every style to judge; a page left out had none new.
-    assert dark[0].laid_out_ran and dark[1].laid_out_ran
-    assert all(record.new_styles for record in ran), [r.where for r in ran if not r.new_styles]
-    assert all(not record.new_styles for record in left_out)
+def test_the_colour_rules_are_left_out_only_where_they_have_nothing_new(
+    site_walk: SiteWalk,
+) -> None:
+    layout_only = [rule for rule in LAYOUT_RULES if rule not in COLOUR_RULES]
+    for scheme, plan in AXE_PLANS.items():
+        records = site_walk.in_scheme(scheme)
+        # Each lane's first page has every style to judge.
+        assert records[0].new_styles and records[1].new_styles, scheme
+        for record in records:
+            if record.new_styles:
+                assert record.laid_out_rules == plan.laid_out_rules, record.where
+            else:
+                kept = [rule for rule in plan.laid_out_rules if rule not in COLOUR_RULES]
+                assert record.laid_out_rules == kept, record.where
+    # The light run keeps the layout rules on every page; dark has no others.
+    assert all(
+        set(layout_only) <= set(record.laid_out_rules) for record in site_walk.in_scheme(OPENS_IN)
+    )
+    assert set(AXE_PLANS["dark"].laid_out_rules) <= set(COLOUR_RULES)
