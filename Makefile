@@ -22,7 +22,8 @@ help: ## List the targets
 # published; the reader's wheel holds the package alone), all three editable.
 EDITABLES := -e ".[dev]" -e ./docs_build -e ./benchmarks
 
-# The lock's lines, torch's left out, in two halves: one for each of the two pips below.
+# The lock's lines in two halves, one for each of the two pips below; torch's left out:
+# the first pip names it beside its half, so that the largest wheel is not left to chance.
 LOCK_HALF = grep -v -e '^\#' -e '^torch==' constraints.txt | awk 'NR % 2 == $(1)'
 
 $(INSTALLED): pyproject.toml setup.py docs_build/pyproject.toml benchmarks/pyproject.toml constraints.txt

@@ -39,8 +39,8 @@ in this order:
    page laid out as a reader who scrolls through it sees each block; those that judge
    colour (``COLOUR_RULES``) only where the page shows them something new (below).
    Every other rule reads the document, which laying it out does not change. Then
-   ``VISIBLE_FIGURES``
-   scrolls each figure into view and ``OVERFLOWING_CODE`` measures the code cells.
+   ``VISIBLE_FIGURES`` scrolls each figure into view and ``OVERFLOWING_CODE`` measures
+   the code cells.
 3. **dark, on the same load**: Material's own palette toggle in the header, clicked as a
    reader switches (``TO_DARK``; with CSS transitions off for the switch, so that the
    page takes the colours a reader's eye ends up with at once, not over a quarter of a
@@ -52,10 +52,9 @@ in this order:
    on a page that shows the colour rules nothing new: no text style, no link in its
    text and nothing they could not judge that an earlier page of the walk had not shown
    in dark (63 of 81 pages, when this was written). Then the figures again, each in
-   its dark render.
-   The PageWatcher's records (requests that left the site or failed, console errors,
-   uncaught exceptions, from the first request to the last probe) are copied: the light
-   record's at the toggle, the dark one's at the end.
+   its dark render. The PageWatcher's records (requests that left the site or failed,
+   console errors, uncaught exceptions, from the first request to the last probe) are
+   copied: the light record's at the toggle, the dark one's at the end.
 
 color-contrast checks each text style once per scheme and walk (``MARK_REPEATED_STYLES``),
 and link-in-text-block each pair of a link and the text around it.

@@ -28,13 +28,13 @@ Then, on the same load, the page goes dark through Material's palette toggle, as
 reader switches it, and axe runs once more: the rules that depend on colour
 (``_walk.COLOUR_RULES``), on the whole page laid out, header and menus included. Every
 other rule would read the same document as in light, and the test checks that it is the
-same, element by element, shown or not (``_walk.SAME_DOCUMENT``). The colour rules judge
-each text style, and each pair of a link and the text around it, once per scheme and
-walk: on a page that shows them nothing an earlier page had not, the laid-out runs leave
-them out (``_walk.MARK_REPEATED_STYLES``), and in dark there is no run left. The test also checks
-that the toggle gave the slate palette, since a page silently left light would make the
-dark run meaningless. A reader whose system asks for dark gets that palette from the
-first paint (test_browser.py checks it in a dark context).
+same, element by element, shown or not (``_walk.SAME_DOCUMENT``). The colour rules
+judge each text style, and each pair of a link and the text around it, once per scheme
+and walk: on a page that shows them nothing an earlier page had not, the laid-out runs
+leave them out (``_walk.MARK_REPEATED_STYLES``), and in dark there is no run left. The
+test also checks that the toggle gave the slate palette, since a page silently left
+light would make the dark run meaningless. A reader whose system asks for dark gets that
+palette from the first paint (test_browser.py checks it in a dark context).
 
 axe runs during the ``site_walk`` session fixture, which loads every page once for this
 test and test_browser.py's together; ``_walk.py`` holds the scripts and the order of the
@@ -48,10 +48,21 @@ the other lane's page loads, is inspected or is audited on the second core.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
-from tests.docs._walk import AXE, AXE_PLANS, COLOUR_RULES, LAYOUT_RULES, OPENS_IN, SCHEMES, SiteWalk
+from tests.docs._walk import (
+    AXE,
+    AXE_PLANS,
+    COLOUR_RULES,
+    CONTENT,
+    LAYOUT_RULES,
+    MARK_REPEATED_STYLES,
+    OPENS_IN,
+    SCHEMES,
+    SiteWalk,
+)
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -134,3 +145,43 @@ def test_the_colour_rules_are_left_out_only_where_they_have_nothing_new(
         set(layout_only) <= set(record.laid_out_rules) for record in site_walk.in_scheme(OPENS_IN)
     )
     assert set(AXE_PLANS["dark"].laid_out_rules) <= set(COLOUR_RULES)
+
+
+# What the walk meets on a page: prose with a link in it, and a line of code that a box
+# scrolls, shown only in part (its style shown nowhere whole).
+STYLES_PAGE = """<div class="md-content__inner" style="font: 16px sans-serif">
+  <p id="prose" style="color: #222">Text with <a href="#x" id="link"
+    style="color: #1a4fb3; text-decoration: underline">a link</a> in it.</p>
+  <pre style="width: 200px; overflow-x: auto"><code><span id="far"
+    style="color: #444; margin-left: 150px">half in sight, half out</span></code></pre>
+</div>"""
+
+
+def test_what_is_new_to_the_walk_is_a_style_a_link_pair_or_an_unjudged_element(
+    browser,  # type: ignore[no-untyped-def]
+) -> None:
+    """The keys the colour rules are left out by (MARK_REPEATED_STYLES): a page is new to
+    them when a text style, a link with the text around it, or an element of a style
+    not yet judged is; the link's underline counts, as it does for link-in-text-block."""
+    page = browser.new_page()
+    try:
+        page.set_content(STYLES_PAGE)
+
+        def new(known: dict[str, list[str]]) -> dict[str, Any]:
+            return page.evaluate(MARK_REPEATED_STYLES, [known["styles"], known["links"], CONTENT])
+
+        first = new({"styles": [], "links": []})
+        assert len(first["styles"]) == 2 and len(first["links"]) == 1, first  # prose, link
+        assert first["unchecked"] == 1, first  # the code line, seen only in part
+        page.evaluate("() => document.getElementById('far').remove()")
+        assert new(first) == {"styles": [], "links": [], "unchecked": 0}
+        # Every element of a judged style is left to the one judged.
+        assert page.evaluate("() => document.querySelectorAll('[data-axe-repeat]').length") == 2
+        # The link without its underline: the same colours, another verdict.
+        page.evaluate("() => { document.getElementById('link').style.textDecoration = 'none'; }")
+        assert new(first)["links"] and not new(first)["styles"]
+        # The prose on another background: another contrast.
+        page.evaluate("() => { document.getElementById('prose').style.background = '#eee'; }")
+        assert len(new(first)["styles"]) == 2  # the prose and the link in it
+    finally:
+        page.close()
